@@ -1,0 +1,40 @@
+"""rlforge: PyTorch-native RL post-training for LLMs."""
+
+import os
+
+from lightning_utilities.core.rank_zero import rank_zero_only
+
+# Lightning leaves the rank unset until a strategy sets it; read it from the launcher as Lightning does.
+rank_zero_only.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+
+from rlforge.callbacks import Callback, ModelCheckpoint, ProgressBar, WeightSync  # noqa: E402
+from rlforge.data import RLDataModule  # noqa: E402
+from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
+from rlforge.loggers import CSVLogger, Logger  # noqa: E402
+from rlforge.module import GRPOModule, RLModule  # noqa: E402
+from rlforge.strategies import LocalStrategy, Strategy  # noqa: E402
+from rlforge.trainer import RLTrainer  # noqa: E402
+from rlforge.types import Completion, Episode, Group, TrainBatch  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CSVLogger",
+    "Callback",
+    "Completion",
+    "Episode",
+    "GRPOModule",
+    "Group",
+    "LocalStrategy",
+    "Logger",
+    "ModelCheckpoint",
+    "ProgressBar",
+    "RLDataModule",
+    "RLModule",
+    "RLTrainer",
+    "SamplingParams",
+    "Strategy",
+    "TorchGenerator",
+    "TrainBatch",
+    "WeightSync",
+]

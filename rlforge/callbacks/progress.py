@@ -1,0 +1,72 @@
+"""``ProgressBar``: a rich progress bar with step, reward, KL, tokens/s and validation accuracy."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rlforge.callbacks.callback import Callback
+
+if TYPE_CHECKING:
+    import rlforge
+
+
+class ProgressBar(Callback):
+    """Shows training progress on stderr; when stderr is not a terminal, prints one line every ``log_every_n_steps``.
+
+    Args:
+        log_every_n_steps: Line frequency for non-interactive output (logs, CI).
+    """
+
+    def __init__(self, log_every_n_steps: int = 10) -> None:
+        self.log_every_n_steps = log_every_n_steps
+        self.console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task = None
+
+    def on_train_start(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
+        if self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold]rlforge"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), TextColumn("{task.description}"), console=self.console,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("", total=trainer.max_steps, completed=trainer.global_step)
+
+    def on_train_step_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, metrics: dict[str, float]) -> None:
+        text = self._describe(metrics)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=trainer.global_step, description=text)
+        elif trainer.global_step % self.log_every_n_steps == 0 or trainer.global_step == trainer.max_steps:
+            self.console.print(f"step {trainer.global_step}/{trainer.max_steps} {text}", highlight=False)
+
+    def on_validation_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
+        accuracy = trainer._step_metrics.get("val/accuracy")
+        if accuracy:
+            self.console.print(f"step {trainer.global_step}: val/accuracy={accuracy[-1]:.3f}", highlight=False)
+
+    def on_train_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
+        self._stop()
+
+    def on_exception(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, exception: BaseException) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    @staticmethod
+    def _describe(metrics: dict[str, float]) -> str:
+        parts = []
+        for key, label, fmt in (
+            ("rollout/reward_mean", "reward", ".3f"),
+            ("train/kl", "kl", ".4f"),
+            ("train/loss", "loss", ".4f"),
+            ("perf/tokens_per_s", "tok/s", ".0f"),
+        ):
+            if key in metrics:
+                parts.append(f"{label}={metrics[key]:{fmt}}")
+        return " ".join(parts)

@@ -1,0 +1,112 @@
+"""``rlforge fit | validate``: a LightningCLI-style command line on jsonargparse.
+
+Every run is described by three blocks, each settable from YAML (``--config``), dotted flags
+(``--trainer.max_steps 5``) or ``class_path``/``init_args``::
+
+    trainer:  RLTrainer arguments (strategy, callbacks, logger, ...)
+    module:   an RLModule subclass (default GRPOModule), with its loss, rewards and sampling
+    data:     RLDataModule arguments
+
+``rlforge fit`` with no arguments runs the embedded offline default (``configs/default.yaml``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, lazy_instance
+
+from rlforge.data import RLDataModule
+from rlforge.errors import RLForgeError
+from rlforge.module import GRPOModule, RLModule
+from rlforge.trainer import RLTrainer
+
+SUBCOMMANDS = {
+    "fit": "Train a policy with RL (the default config runs offline on CPU).",
+    "validate": "Evaluate a policy on the held-out prompts.",
+}
+
+
+def _stage_parser(stage: str) -> ArgumentParser:
+    parser = ArgumentParser(description=SUBCOMMANDS[stage], exit_on_error=False)
+    parser.add_argument("--config", action=ActionConfigFile, help="YAML config file(s) (later ones override).")
+    parser.add_class_arguments(RLTrainer, "trainer", fail_untyped=True)
+    parser.add_subclass_arguments(RLModule, "module", default=lazy_instance(GRPOModule), required=False)
+    parser.add_class_arguments(RLDataModule, "data")
+    parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.')
+    return parser
+
+
+def build_parser() -> ArgumentParser:
+    """The ``rlforge`` parser with its subcommands."""
+    parser = ArgumentParser(prog="rlforge", description=__doc__.splitlines()[0], exit_on_error=False, env_prefix="RLFORGE")
+    subcommands = parser.add_subcommands(dest="subcommand")
+    for stage, help_text in SUBCOMMANDS.items():
+        subcommands.add_subcommand(stage, _stage_parser(stage), help=help_text)
+    return parser
+
+
+def _resolved_config(parser: ArgumentParser, config: Namespace, stage: str) -> dict[str, Any]:
+    """The stage's config as plain YAML-able data (callables as import paths), as --print_config shows it."""
+    plain = yaml.safe_load(parser.dump(config, skip_unset=False))[stage]
+    plain.pop("config", None)
+    return plain
+
+
+def run(argv: Sequence[str] | None = None) -> Any:
+    """Parses ``argv`` and runs the subcommand; returns what it returned (metrics for ``validate``)."""
+    parser = build_parser()
+    config = parser.parse_args(list(argv) if argv is not None else None)
+    stage = config.subcommand
+    stage_config = config[stage]
+    init = parser.instantiate(config)[stage]
+    trainer: RLTrainer = init.trainer
+    trainer.run_config = _resolved_config(parser, config, stage)
+    if stage == "fit":
+        return trainer.fit(init.module, init.data, ckpt_path=stage_config.ckpt_path)
+    return trainer.validate(init.module, init.data, ckpt_path=stage_config.ckpt_path)
+
+
+def _quiet_third_party_progress() -> None:
+    # Per-file download/load bars from transformers/datasets drown rlforge's own progress output.
+    import datasets
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+_NOISE = ("Parser key", "Problem with given class_path", "Subtypes:", "Errors:", "Given value", "Does not validate")
+
+
+def one_line_error(message: str) -> str:
+    """Condenses jsonargparse's nested error report into ``field.path: cause``."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    details = [line for line in lines if not line.startswith(_NOISE)]
+    causes = [line[2:] for line in details if line.startswith("- ") and "NoneType" not in line] or details or lines
+    cause = causes[0] if causes else "invalid arguments"
+    return f"{'.'.join(keys)}: {cause}" if keys else cause
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point: errors become one line on stderr and exit code 2."""
+    _quiet_third_party_progress()
+    try:
+        run(argv)
+    except RLForgeError as err:
+        print(f"rlforge: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:
+        if type(err).__module__.startswith("jsonargparse") or type(err).__name__ == "ArgumentError":
+            print(f"rlforge: error: {one_line_error(str(err)) or type(err).__name__}", file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""``CSVLogger``: the default logger, one ``metrics.csv`` per run folder."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlforge.checkpoint_io import atomic_write_text
+from rlforge.loggers.base import Logger
+
+
+class CSVLogger(Logger):
+    """Writes ``<save_dir>/<name>/version_<n>/metrics.csv`` (one row per step, one column per metric).
+
+    The file is rewritten atomically whenever a new metric name appears, so it is always a valid
+    CSV with a complete header, even after a crash.
+
+    Args:
+        save_dir: Root folder; ``None`` uses the trainer's ``default_root_dir``.
+        name: Experiment name (sub-folder).
+        version: Run version; ``None`` picks the next free ``version_<n>``.
+    """
+
+    def __init__(self, save_dir: str | None = None, name: str = "rlforge", version: int | str | None = None) -> None:
+        self.save_dir, self.name, self._version = save_dir, name, version
+        self._rows: list[dict[str, Any]] = []
+        self._columns: list[str] = ["step"]
+        self._log_dir: Path | None = None
+
+    def bind(self, default_root_dir: str) -> None:
+        """Fixes the run folder (called by the trainer before anything is logged)."""
+        if self._log_dir is not None:
+            return
+        root = Path(self.save_dir or default_root_dir) / self.name
+        version = self._version
+        if version is None:
+            taken = [int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))]
+            version = max(taken, default=-1) + 1
+        self._log_dir = root / (version if isinstance(version, str) else f"version_{version}")
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def log_dir(self) -> Path:
+        if self._log_dir is None:
+            raise RuntimeError("CSVLogger.log_dir is known once the trainer has bound the logger")
+        return self._log_dir
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.log_dir / "metrics.csv"
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        row = {"step": step, **metrics}
+        if self._rows and self._rows[-1]["step"] == step:
+            self._rows[-1].update(row)
+        else:
+            self._rows.append(row)
+        self._columns += [k for k in row if k not in self._columns]
+        self._flush()
+
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        atomic_write_text(self.log_dir / "hparams.yaml", yaml.safe_dump(params, sort_keys=False))
+
+    def _flush(self) -> None:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self._columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self._rows)
+        atomic_write_text(self.metrics_file, buf.getvalue())
+
+    def finalize(self, status: str) -> None:
+        if self._log_dir is not None and self._rows:
+            self._flush()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": list(self._rows), "columns": list(self._columns)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rows = [dict(r) for r in state["rows"]]
+        self._columns = list(state["columns"])

@@ -1,0 +1,244 @@
+"""``RLModule``: what a user subclasses to supply the policy, the optimizer and the loss.
+
+``GRPOModule`` is the default: group sampling, reward functions, group-normalised advantages and any
+``PolicyLoss``. ``SFTModule`` (supervised warm start) is planned in the SFT issue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from jsonargparse import lazy_instance
+from torch import nn
+
+from rlforge.advantages import compute_advantages
+from rlforge.errors import ConfigError
+from rlforge.generation import SamplingParams
+from rlforge.losses import GRPOLoss, PolicyLoss
+from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
+from rlforge.rewards import MathReward, RewardRunner
+from rlforge.types import Group, TrainBatch
+
+if TYPE_CHECKING:
+    import rlforge
+
+RewardFn = Callable[[str, str, str], float]
+_DEFAULT_LOSS = lazy_instance(GRPOLoss)
+
+
+class RLModule(nn.Module):
+    """Base class: holds the policy and its tokenizer and defines one update.
+
+    Override ``configure_model`` (build ``self.policy``/``self.tokenizer``), ``configure_optimizers``,
+    ``training_step`` and, for RL, ``score``/``compute_advantages``. Hooks with the names of
+    ``Callback``'s (without the trainer/module arguments) are called after the callbacks'.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trainer: rlforge.RLTrainer | None = None
+        self.policy: nn.Module | None = None
+        self.tokenizer: Any = None
+        self.group_size: int = 1
+        self.sampling = SamplingParams()
+        self.val_sampling = SamplingParams(temperature=0.0)
+        self.needs_reference = False
+
+    # ----------------------------------------------------------------------------------- factories
+    def configure_model(self) -> None:
+        """Builds ``self.policy`` and ``self.tokenizer`` (called once, in setup)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement configure_model()")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """Returns an optimizer, or ``{"optimizer": opt, "lr_scheduler": sched}`` (scheduler steps per RL step)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement configure_optimizers()")
+
+    # ------------------------------------------------------------------------------------- the RL step
+    @property
+    def beta(self) -> float:
+        """KL coefficient; the reference model is only run when it is > 0."""
+        return 0.0
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Prompt text -> token ids fed to the generator."""
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def score(self, groups: list[Group]) -> dict[str, float]:
+        """Fills ``episode.reward`` (and ``reward_breakdown``); returns reward metrics."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score()")
+
+    def compute_advantages(self, groups: list[Group]) -> None:
+        """Fills ``episode.advantage`` for every episode."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compute_advantages()")
+
+    def training_step(self, batch: TrainBatch) -> torch.Tensor:
+        """Returns the loss of one minibatch."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step()")
+
+    def is_correct(self, prompt: str, response: str, target: str) -> bool:
+        """Correctness of one validation response (``val/accuracy``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement is_correct()")
+
+    def log(self, name: str, value: float | torch.Tensor) -> None:
+        """Records a metric for the current step (averaged if logged several times in a step)."""
+        if self.trainer is None:
+            raise RuntimeError("RLModule.log() called before the module was attached to a trainer")
+        self.trainer._log_metric(name, float(value.detach() if isinstance(value, torch.Tensor) else value))
+
+    # ----------------------------------------------------------------------------------- hooks (no-op)
+    def setup(self, stage: str) -> None: ...
+    def teardown(self, stage: str) -> None: ...
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
+    def on_rollout_start(self) -> None: ...
+    def on_rollout_end(self, groups: list[Group]) -> None: ...
+    def on_train_batch_start(self, batch: TrainBatch, batch_idx: int) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_train_batch_end(self, outputs: dict[str, Any], batch: TrainBatch, batch_idx: int) -> None: ...
+    def on_weight_sync_start(self) -> None: ...
+    def on_weight_sync_end(self) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
+    def on_train_step_end(self, metrics: dict[str, float]) -> None: ...
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_exception(self, exception: BaseException) -> None: ...
+
+
+class GRPOModule(RLModule):
+    """Group-relative policy optimisation with any ``PolicyLoss``.
+
+    Args:
+        model: ``rlforge/default-policy`` (bundled, offline), a local HF folder or a hub id.
+        loss: The policy loss (``GRPOLoss``, ``DAPOLoss``, ``CISPOLoss``, ... or your own).
+        group_size: Completions sampled per prompt (G >= 2 for group-normalised advantages).
+        sampling: Rollout sampling parameters (``n`` is set from ``group_size``).
+        val_sampling: Validation sampling parameters (greedy by default).
+        reward_fns: Reward callables ``(prompt, response, target) -> float``; default ``[MathReward()]``.
+        reward_weights: One weight per reward function (default all 1).
+        reward_timeout_s: Per-call time limit of a reward function.
+        max_reward_error_frac: Fraction of failing reward calls in a step that stops the run.
+        advantage: ``group`` (GRPO), ``drgrpo`` (mean only), ``rloo`` or ``batch``.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear LR warm-up length in RL steps (0 disables).
+        entropy_coef: Weight of an entropy bonus added to the loss (0 disables).
+        dtype: Policy parameter dtype (``float32``, ``bfloat16``, ``float16``).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_POLICY,
+        loss: PolicyLoss = _DEFAULT_LOSS,
+        group_size: int = 8,
+        sampling: SamplingParams = SamplingParams(max_new_tokens=8),  # noqa: B008 - immutable in practice
+        val_sampling: SamplingParams | None = None,
+        reward_fns: Sequence[RewardFn] | None = None,
+        reward_weights: Sequence[float] | None = None,
+        reward_timeout_s: float = 5.0,
+        max_reward_error_frac: float = 0.1,
+        advantage: str = "group",
+        lr: float = 3e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        entropy_coef: float = 0.0,
+        dtype: str = "float32",
+    ) -> None:
+        super().__init__()
+        if sampling.greedy:
+            raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
+        if sampling.n not in (1, group_size):
+            raise ConfigError(
+                f"module.sampling.n ({sampling.n}) conflicts with module.group_size ({group_size}); set group_size only"
+            )
+        if group_size < 1:
+            raise ConfigError(f"module.group_size must be >= 1, got {group_size}")
+        # Fails early (ConfigError) on an unknown method or G == 1 with a group-normalised advantage.
+        compute_advantages(torch.zeros(1, group_size), method=advantage)
+        self.model_name = model
+        # A fresh loss per module: the shared default must never carry state (beta, metrics) between modules.
+        self.loss = GRPOLoss() if loss is _DEFAULT_LOSS else loss
+        self.group_size = group_size
+        self.sampling = dataclasses.replace(sampling, n=group_size)
+        self.val_sampling = val_sampling if val_sampling is not None else SamplingParams(
+            max_new_tokens=sampling.max_new_tokens, temperature=0.0
+        )
+        self.reward_runner = RewardRunner(
+            list(reward_fns) if reward_fns else [MathReward()],
+            weights=reward_weights,
+            timeout_s=reward_timeout_s,
+            max_error_frac=max_reward_error_frac,
+        )
+        self._accuracy = MathReward()
+        self.advantage = advantage
+        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.entropy_coef = entropy_coef
+        self.dtype = dtype
+
+    def configure_model(self) -> None:
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        warmup = max(self.warmup_steps, 0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    @property
+    def beta(self) -> float:
+        return float(getattr(self.loss, "beta", 0.0))
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if not hasattr(self.loss, "beta"):
+            raise ConfigError(f"{type(self.loss).__name__} has no KL coefficient `beta` to set")
+        self.loss.beta = float(value)
+
+    def score(self, groups: list[Group]) -> dict[str, float]:
+        episodes = [ep for group in groups for ep in group]
+        result = self.reward_runner(
+            [ep.prompt for ep in episodes], [ep.completion.text for ep in episodes], [ep.target for ep in episodes]
+        )
+        for ep, reward, breakdown in zip(episodes, result.rewards, result.breakdown, strict=True):
+            ep.reward, ep.reward_breakdown = float(reward), dict(breakdown)
+        return dict(result.metrics)
+
+    def compute_advantages(self, groups: list[Group]) -> None:
+        rewards = torch.tensor([[ep.reward for ep in group] for group in groups], dtype=torch.float64)
+        advantages = compute_advantages(rewards, method=self.advantage)
+        for group, row in zip(groups, advantages.tolist(), strict=True):
+            for ep, adv in zip(group, row, strict=True):
+                ep.advantage = float(adv)
+
+    def training_step(self, batch: TrainBatch) -> torch.Tensor:
+        logprobs, entropy = compute_logprobs(
+            self.policy, batch.input_ids, batch.attention_mask, batch.prompt_len,
+            temperature=self.sampling.temperature, with_entropy=True,
+        )
+        loss = self.loss(
+            logprobs=logprobs,
+            ref_logprobs=batch.ref_logprobs,
+            advantages=batch.advantages,
+            padding_mask=batch.response_mask,
+            old_logprobs=batch.old_logprobs,
+        )
+        mask = batch.response_mask
+        mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1.0)
+        if self.entropy_coef:
+            loss = loss - self.entropy_coef * mean_entropy
+        self.log("train/entropy", mean_entropy)
+        for name, value in getattr(self.loss, "last_metrics", {}).items():
+            self.log(f"train/{name}", value)
+        return loss
+
+    def is_correct(self, prompt: str, response: str, target: str) -> bool:
+        return self._accuracy(prompt, response, target) >= 1.0
+

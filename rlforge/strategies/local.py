@@ -1,0 +1,115 @@
+"""``LocalStrategy``: policy, generator and reference model in one process (CPU or one GPU)."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlforge.errors import ConfigError
+from rlforge.generation import SamplingParams, TorchGenerator
+from rlforge.models import compute_logprobs
+from rlforge.strategies.base import Strategy
+from rlforge.types import Completion, TrainBatch
+
+if TYPE_CHECKING:
+    import rlforge
+
+
+class LocalStrategy(Strategy):
+    """Everything in-process.
+
+    The generator samples from its OWN copy of the weights, refreshed only by ``sync_weights``, so
+    with ``WeightSync(sync_interval=k)`` rollouts are really up to ``k - 1`` versions stale.
+
+    Args:
+        device: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+
+    def __init__(self, device: str = "auto") -> None:
+        if device != "auto" and not (device == "cpu" or device.startswith("cuda")):
+            raise ConfigError(f"trainer.strategy.device must be auto, cpu or cuda[:N], got {device!r}")
+        self.device = device
+        self._trainer: rlforge.RLTrainer | None = None
+        self._generator: TorchGenerator | None = None
+        self._policy_sampler: TorchGenerator | None = None
+        self._reference: torch.nn.Module | None = None
+
+    @property
+    def root_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"trainer.strategy.device is {self.device!r} but CUDA is not available")
+        return torch.device(self.device)
+
+    def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
+        self._trainer = trainer
+        module.policy.to(self.root_device)
+        seed = trainer.seed
+        self._policy_sampler = TorchGenerator(module.policy, module.tokenizer, seed=seed + 1)
+        if trainer.stage == "fit":
+            sampler_model = copy.deepcopy(module.policy).requires_grad_(False)
+            self._generator = TorchGenerator(sampler_model, module.tokenizer, seed=seed, policy_version=0)
+            if module.beta > 0 or module.needs_reference:
+                self._reference = copy.deepcopy(module.policy).requires_grad_(False).eval()
+
+    @property
+    def generator_version(self) -> int:
+        return self._generator.policy_version if self._generator is not None else 0
+
+    def generate(self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        return self._generator.generate(prompt_ids, params)
+
+    def generate_with_policy(
+        self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        return self._policy_sampler.generate(prompt_ids, params)
+
+    @torch.no_grad()
+    def reference_logprobs(self, module: rlforge.RLModule, batch: TrainBatch) -> torch.Tensor:
+        if self._reference is None:
+            raise ConfigError(
+                "a KL term needs the reference model, but it was not built at setup: start with beta > 0 "
+                "or set `module.needs_reference = True` in a setup hook (e.g. an adaptive KL controller)"
+            )
+        logprobs, _ = compute_logprobs(
+            self._reference, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature
+        )
+        return logprobs
+
+    @torch.no_grad()
+    def sync_weights(self, module: rlforge.RLModule, version: int) -> None:
+        self._generator.update_weights(module.policy.state_dict(), version)
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._generator is None:
+            return {}
+        state: dict[str, Any] = {"generator": self._generator.state_dict()}
+        if self._generator.policy_version != self._trainer.policy_version:
+            # Stale generator weights differ from the policy's: keep them for an exact resume.
+            state["generator_weights"] = _cpu_copy(self._generator.model.state_dict())
+        if self._reference is not None:
+            state["reference_weights"] = _cpu_copy(self._reference.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state or self._generator is None:
+            return
+        # Without saved generator weights the generator was in sync with the (restored) policy.
+        weights = state.get("generator_weights") or self._trainer.module.policy.state_dict()
+        self._generator.model.load_state_dict(weights)
+        self._generator.load_state_dict(state["generator"])
+        if "reference_weights" in state:
+            if self._reference is None:
+                self._reference = copy.deepcopy(self._generator.model).eval()
+            self._reference.load_state_dict(state["reference_weights"])
+
+    def teardown(self) -> None:
+        self._generator = self._policy_sampler = None
+        self._reference = None
+
+
+def _cpu_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
