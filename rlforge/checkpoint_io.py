@@ -55,7 +55,11 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 def capture_rng_state() -> dict[str, Any]:
     """Python, NumPy and torch (CPU and CUDA) RNG states."""
-    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -37,13 +38,17 @@ def _stage_parser(stage: str) -> ArgumentParser:
     parser.add_class_arguments(RLTrainer, "trainer", fail_untyped=True)
     parser.add_subclass_arguments(RLModule, "module", default=lazy_instance(GRPOModule), required=False)
     parser.add_class_arguments(RLDataModule, "data")
-    parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.')
+    parser.add_argument(
+        "--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.'
+    )
     return parser
 
 
 def build_parser() -> ArgumentParser:
     """The ``rlforge`` parser with its subcommands."""
-    parser = ArgumentParser(prog="rlforge", description=__doc__.splitlines()[0], exit_on_error=False, env_prefix="RLFORGE")
+    parser = ArgumentParser(
+        prog="rlforge", description=__doc__.splitlines()[0], exit_on_error=False, env_prefix="RLFORGE"
+    )
     subcommands = parser.add_subcommands(dest="subcommand")
     for stage, help_text in SUBCOMMANDS.items():
         subcommands.add_subcommand(stage, _stage_parser(stage), help=help_text)
@@ -80,7 +85,14 @@ def _quiet_third_party_progress() -> None:
     datasets.disable_progress_bars()
 
 
-_NOISE = ("Parser key", "Problem with given class_path", "Subtypes:", "Errors:", "Given value", "Does not validate")
+_NOISE = (
+    "Parser key",
+    "Problem with given class_path",
+    "Subtypes:",
+    "Errors:",
+    "Given value",
+    "Does not validate",
+)
 
 
 def one_line_error(message: str) -> str:
@@ -96,6 +108,9 @@ def one_line_error(message: str) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: errors become one line on stderr and exit code 2."""
     _quiet_third_party_progress()
+    # Like `python -m`, let YAML class_paths name modules of the current project (e.g. examples.custom_loss).
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         run(argv)
     except RLForgeError as err:

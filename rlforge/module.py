@@ -153,7 +153,9 @@ class GRPOModule(RLModule):
     ) -> None:
         super().__init__()
         if sampling.greedy:
-            raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
+            raise ConfigError(
+                "module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)"
+            )
         if sampling.n not in (1, group_size):
             raise ConfigError(
                 f"module.sampling.n ({sampling.n}) conflicts with module.group_size ({group_size}); set group_size only"
@@ -167,8 +169,10 @@ class GRPOModule(RLModule):
         self.loss = GRPOLoss() if loss is _DEFAULT_LOSS else loss
         self.group_size = group_size
         self.sampling = dataclasses.replace(sampling, n=group_size)
-        self.val_sampling = val_sampling if val_sampling is not None else SamplingParams(
-            max_new_tokens=sampling.max_new_tokens, temperature=0.0
+        self.val_sampling = (
+            val_sampling
+            if val_sampling is not None
+            else SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=0.0)
         )
         self.reward_runner = RewardRunner(
             list(reward_fns) if reward_fns else [MathReward()],
@@ -220,8 +224,12 @@ class GRPOModule(RLModule):
 
     def training_step(self, batch: TrainBatch) -> torch.Tensor:
         logprobs, entropy = compute_logprobs(
-            self.policy, batch.input_ids, batch.attention_mask, batch.prompt_len,
-            temperature=self.sampling.temperature, with_entropy=True,
+            self.policy,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.prompt_len,
+            temperature=self.sampling.temperature,
+            with_entropy=True,
         )
         loss = self.loss(
             logprobs=logprobs,
@@ -241,4 +249,3 @@ class GRPOModule(RLModule):
 
     def is_correct(self, prompt: str, response: str, target: str) -> bool:
         return self._accuracy(prompt, response, target) >= 1.0
-

@@ -18,10 +18,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _fast_flags(policy: str, root: Path) -> list[str]:
     return [
-        "--trainer.max_steps", "2", "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
-        "--trainer.val_check_interval", "2", "--data.batch_size", "3", "--data.val_size", "4",
-        "--module.model", policy, "--module.group_size", "3", "--module.sampling.max_new_tokens", "6",
-        "--module.reward_fns", '["tests.test_cli.char_reward"]',
+        "--trainer.max_steps",
+        "2",
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.val_check_interval",
+        "2",
+        "--data.batch_size",
+        "3",
+        "--data.val_size",
+        "4",
+        "--module.model",
+        policy,
+        "--module.group_size",
+        "3",
+        "--module.sampling.max_new_tokens",
+        "6",
+        "--module.reward_fns",
+        '["tests.test_cli.char_reward"]',
     ]
 
 
@@ -53,7 +69,10 @@ def test_print_config_round_trip_reproduces_the_run(tiny_policy_dir, tmp_path, c
     assert yaml.safe_load(printed)["trainer"]["max_steps"] == 2
 
     assert _cli(["fit", *_fast_flags(tiny_policy_dir, tmp_path / "a")], capsys)[0] == 0
-    assert _cli(["fit", "--config", str(config_file), "--trainer.default_root_dir", str(tmp_path / "b")], capsys)[0] == 0
+    assert (
+        _cli(["fit", "--config", str(config_file), "--trainer.default_root_dir", str(tmp_path / "b")], capsys)[0]
+        == 0
+    )
     first, second = _losses(tmp_path / "a"), _losses(tmp_path / "b")
     assert len(first) == 2 and first == second
 
@@ -71,7 +90,9 @@ def test_default_config_file_is_what_fit_runs(capsys):
 
 
 def test_console_script_entry_point():
-    out = subprocess.run([sys.executable, "-m", "rlforge.cli", "fit", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlforge.cli", "fit", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--trainer.max_steps" in out.stdout and "--module" in out.stdout
 
 

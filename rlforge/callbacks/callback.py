@@ -81,7 +81,11 @@ class Callback:
         """Called after clipping, before ``optimizer.step()``."""
 
     def on_train_batch_end(
-        self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, outputs: dict[str, Any], batch: TrainBatch,
+        self,
+        trainer: rlforge.RLTrainer,
+        module: rlforge.RLModule,
+        outputs: dict[str, Any],
+        batch: TrainBatch,
         batch_idx: int,
     ) -> None:
         """Called after each minibatch update; ``outputs["loss"]`` is the detached loss."""

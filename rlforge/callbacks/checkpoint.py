@@ -84,7 +84,9 @@ class ModelCheckpoint(Callback):
         newest = max(self.saved, key=lambda e: e["step"])
         if self.monitor:
             sign = 1.0 if self.mode == "max" else -1.0
-            ranked = sorted(self.saved, key=lambda e: (e["score"] is not None, sign * (e["score"] or 0.0)), reverse=True)
+            ranked = sorted(
+                self.saved, key=lambda e: (e["score"] is not None, sign * (e["score"] or 0.0)), reverse=True
+            )
         else:
             ranked = sorted(self.saved, key=lambda e: e["step"], reverse=True)
         keep = ranked[: self.save_top_k] + [newest]  # the newest always stays: it is what "last" resumes

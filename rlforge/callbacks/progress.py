@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from rlforge.callbacks.callback import Callback
 
@@ -29,13 +36,20 @@ class ProgressBar(Callback):
     def on_train_start(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         if self.console.is_terminal:
             self._progress = Progress(
-                TextColumn("[bold]rlforge"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TimeRemainingColumn(), TextColumn("{task.description}"), console=self.console,
+                TextColumn("[bold]rlforge"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=self.console,
             )
             self._progress.start()
             self._task = self._progress.add_task("", total=trainer.max_steps, completed=trainer.global_step)
 
-    def on_train_step_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, metrics: dict[str, float]) -> None:
+    def on_train_step_end(
+        self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, metrics: dict[str, float]
+    ) -> None:
         text = self._describe(metrics)
         if self._progress is not None:
             self._progress.update(self._task, completed=trainer.global_step, description=text)

@@ -37,7 +37,9 @@ def load_rows(path: str, prompt_field: str, target_field: str) -> list[dict[str,
             if value is None:
                 raise DataError(f"{path}: row {i}: missing field {field!r} (set data.{key}_field to map another)")
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise DataError(f"{path}: row {i}: field {field!r} must be a string or number, got {type(value).__name__}")
+                raise DataError(
+                    f"{path}: row {i}: field {field!r} must be a string or number, got {type(value).__name__}"
+                )
             row[key] = str(value)
         rows.append(row)
     if not rows:

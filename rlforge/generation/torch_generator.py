@@ -30,7 +30,10 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 def eos_token_ids(tokenizer: Any, model: nn.Module | None = None) -> list[int]:
     """All ids that end a response: the tokenizer's EOS plus the model's generation-config EOS."""
     ids: set[int] = set()
-    for source in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+    for source in (
+        tokenizer.eos_token_id,
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+    ):
         if isinstance(source, int):
             ids.add(source)
         elif source:
@@ -120,7 +123,9 @@ class TorchGenerator:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=self.device)
-        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=self.device)
+        tokens = torch.full(
+            (batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=self.device
+        )
         logprobs = torch.zeros((batch, params.max_new_tokens), device=self.device)
         lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
@@ -153,7 +158,12 @@ class TorchGenerator:
             next_pos = next_pos + 1
         self.model.train(was_training)
 
-        tokens_l, logprobs_l, lengths_l, stopped_l = tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist()
+        tokens_l, logprobs_l, lengths_l, stopped_l = (
+            tokens.tolist(),
+            logprobs.tolist(),
+            lengths.tolist(),
+            stopped.tolist(),
+        )
         out: list[list[Completion]] = []
         for i, prompt in enumerate(rows):
             n_tok = lengths_l[i]

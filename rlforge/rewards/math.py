@@ -19,7 +19,6 @@ __all__ = ["MathReward"]
 log = logging.getLogger(__name__)
 
 _MAX_DISTINCT_ANSWERS = 4
-_MAX_BRACE_DEPTH = 20
 
 
 class _Gold(NamedTuple):
@@ -32,22 +31,7 @@ class _Gold(NamedTuple):
 def _prepare_target(target: str, max_chars: int) -> _Gold:
     text = normalize_answer(target, max_chars=max(max_chars, len(target)))
     number = parse_number(text)
-    return _Gold(text, number, number is None and _too_costly(text, closed_form=False))
-
-
-def _brace_depth(s: str) -> int:
-    depth = deepest = 0
-    for ch in s:
-        if ch == "{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch == "}":
-            depth -= 1
-    return deepest
-
-
-def _too_costly(s: str, closed_form: bool) -> bool:
-    return _brace_depth(s) > _MAX_BRACE_DEPTH or is_too_costly(s, closed_form=closed_form)
+    return _Gold(text, number, number is None and is_too_costly(text, closed_form=False))
 
 
 _warm_lock = threading.Lock()
@@ -57,6 +41,8 @@ _warm = False
 def _warm_up() -> None:
     """Import math-verify and run it once outside any time limit (lazy parser set-up must not be cut)."""
     global _warm
+    if _warm:
+        return
     with _warm_lock:
         if not _warm:
             from math_verify import verify
@@ -73,6 +59,25 @@ def _mv_parse(latex: str) -> list[Any]:
     # uses Python eval; latex2sympy builds sympy objects from a grammar and never evaluates text.
     # Signal-based timeouts off (they only work in the main thread); call_with_deadline bounds time.
     return parse(f"${latex}$", extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=8192)
+def _verify_cached(answer: str, gold: str, timeout_s: float) -> bool:
+    """math-verify's verdict under a time limit; cached, as a group repeats answers and targets."""
+    from math_verify import verify
+
+    def compare() -> bool:
+        parsed_gold, parsed_answer = _mv_parse(gold), _mv_parse(answer)
+        return bool(parsed_gold and parsed_answer and verify(parsed_gold, parsed_answer, timeout_seconds=None))
+
+    try:
+        return call_with_deadline(compare, timeout_s)
+    except DeadlineExceeded:
+        log.debug("math-verify over %ss on %r vs %r; scored 0", timeout_s, answer, gold)
+        return False
+    except Exception as err:  # math-verify/sympy internals; a malformed answer is simply wrong
+        log.debug("math-verify failed on %r vs %r: %r", answer, gold, err)
+        return False
 
 
 class MathReward:
@@ -121,7 +126,7 @@ class MathReward:
         format_bonus: float = 0.0,
         strip_thinking: bool = True,
         max_answer_chars: int = 200,
-        math_verify_timeout_s: float = 2.0,
+        math_verify_timeout_s: float = 1.0,
     ) -> None:
         self.extractors = list(extractors)
         self.unique_answer_formats = list(unique_answer_formats)
@@ -193,24 +198,10 @@ class MathReward:
         if gold.number is not None:
             value = parse_number(answer)
             return value is not None and value == gold.number
-        if gold.costly or _too_costly(answer, closed_form=True):
+        if gold.costly or is_too_costly(answer, closed_form=True):
             return False
         return self._math_verify(answer, gold.text)
 
     def _math_verify(self, answer: str, gold: str) -> bool:
-        from math_verify import verify
-
         _warm_up()
-
-        def compare() -> bool:
-            parsed_gold, parsed_answer = _mv_parse(gold), _mv_parse(answer)
-            return bool(parsed_gold and parsed_answer and verify(parsed_gold, parsed_answer, timeout_seconds=None))
-
-        try:
-            return call_with_deadline(compare, self.math_verify_timeout_s)
-        except DeadlineExceeded:
-            log.debug("math-verify over %ss on %r vs %r; scored 0", self.math_verify_timeout_s, answer, gold)
-            return False
-        except Exception as err:  # math-verify/sympy internals; a malformed answer is simply wrong
-            log.debug("math-verify failed on answer %r vs %r: %r", answer, gold, err)
-            return False
+        return _verify_cached(answer, gold, self.math_verify_timeout_s)

@@ -18,6 +18,7 @@ __all__ = ["is_too_costly", "normalize_answer", "parse_number"]
 
 _MAX_DIGITS = 60  # longest digit run accepted anywhere (bounds big-integer work)
 _MAX_EXPONENT = 200  # largest literal exponent handed to sympy
+_MAX_BRACE_DEPTH = 20  # deeper nesting risks recursion limits in the LaTeX parser
 
 _WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _BOX = re.compile(r"^\\(?:boxed|fbox)\s*\{(.*)\}$", re.DOTALL)
@@ -165,20 +166,32 @@ def _exponents(s: str) -> list[str]:
     return found
 
 
+def _brace_depth(s: str) -> int:
+    depth = deepest = 0
+    for ch in s:
+        if ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == "}":
+            depth -= 1
+    return deepest
+
+
 def is_too_costly(s: str, closed_form: bool = False) -> bool:
     """Whether a normalised answer could make sympy run away; such answers are never verified.
 
     Big-integer arithmetic inside sympy runs in C while holding the GIL, so no timeout can interrupt
     it (``10^{10^{10}}`` hangs math-verify forever). Rejected: digit runs over 60 digits, ``**``,
-    power towers (an exponent containing ``^``), exponents over 200, factorials of anything but a
-    literal up to 999 or a single letter, and (when ``closed_form``) sums, products, integrals, limits,
-    derivatives, infinities and ellipses, which are not final answers.
+    braces nested over 20 deep, power towers (an exponent containing ``^``), exponents over 200,
+    factorials of anything but a literal up to 999 or a single letter, and (when ``closed_form``)
+    sums, products, integrals, limits, derivatives, infinities and ellipses, which are not final
+    answers.
 
     Args:
         s: A normalised answer.
         closed_form: Also reject non-closed-form constructs (applied to model answers, not targets).
     """
-    if _DIGIT_RUN.search(s) or "**" in s:
+    if _DIGIT_RUN.search(s) or "**" in s or _brace_depth(s) > _MAX_BRACE_DEPTH:
         return True
     if closed_form and _CLOSED_FORM_BREAKERS.search(s):
         return True

@@ -35,7 +35,9 @@ class Strategy(ABC):
         """Policy version of the weights the rollout generator holds."""
 
     @abstractmethod
-    def generate(self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
         """Samples with the rollout generator (possibly stale weights)."""
 
     @abstractmethod

@@ -59,7 +59,9 @@ class LocalStrategy(Strategy):
     def generator_version(self) -> int:
         return self._generator.policy_version if self._generator is not None else 0
 
-    def generate(self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
         return self._generator.generate(prompt_ids, params)
 
     def generate_with_policy(

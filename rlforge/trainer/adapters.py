@@ -8,7 +8,9 @@ from rlforge.errors import ConfigError
 from rlforge.types import TrainBatch
 
 
-def batch_from_dicts(inputs: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], pad_token_id: int) -> TrainBatch:
+def batch_from_dicts(
+    inputs: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], pad_token_id: int
+) -> TrainBatch:
     """Builds a ``TrainBatch`` from ``{"tokens"}`` and ``{"response", "ref_logprobs", "advantages", "padding_mask"}``.
 
     The prompt block is ``tokens[:, :P]`` with ``P = tokens.shape[1] - response.shape[1]``; prompt padding

@@ -60,7 +60,9 @@ def resolve(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
         return last
     path = Path(ckpt_path)
     if not (path / STATE_FILE).is_file() or not (path / POLICY_DIR).is_dir():
-        raise CheckpointError(f"ckpt_path {ckpt_path!r} is not an rlforge checkpoint (needs {POLICY_DIR}/ and {STATE_FILE})")
+        raise CheckpointError(
+            f"ckpt_path {ckpt_path!r} is not an rlforge checkpoint (needs {POLICY_DIR}/ and {STATE_FILE})"
+        )
     return path
 
 
@@ -77,7 +79,9 @@ def _load_policy_weights(policy: torch.nn.Module, folder: Path) -> None:
     tied = _tied_names(policy)
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
-        raise CheckpointError(f"{folder}: weights do not match the policy (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise CheckpointError(
+            f"{folder}: weights do not match the policy (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
 
 
 def _tied_names(policy: torch.nn.Module) -> set[str]:

@@ -23,12 +23,12 @@ from rlforge.checkpoint_io import seed_everything
 from rlforge.data import RLDataModule, collate_episodes
 from rlforge.errors import ConfigError, NonFiniteError
 from rlforge.loggers import CSVLogger, Logger
+from rlforge.metrics import rollout_metrics, validation_metrics
 from rlforge.module import RLModule
 from rlforge.strategies import LocalStrategy, Strategy
 from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
 from rlforge.trainer.manifest import write_manifest
-from rlforge.metrics import rollout_metrics, validation_metrics
 from rlforge.trainer.progress import Progress
 from rlforge.types import Group, TrainBatch
 
@@ -141,7 +141,9 @@ class RLTrainer:
         """Trains ``module`` for ``max_steps`` RL steps; ``ckpt_path`` (a folder or ``"last"``) resumes."""
         self._run("fit", module, datamodule, ckpt_path)
 
-    def validate(self, module: RLModule, datamodule: RLDataModule | None = None, ckpt_path: str | None = None) -> dict[str, float]:
+    def validate(
+        self, module: RLModule, datamodule: RLDataModule | None = None, ckpt_path: str | None = None
+    ) -> dict[str, float]:
         """Evaluates ``module`` on the held-out prompts and returns the ``val/*`` metrics."""
         self._run("validate", module, datamodule, ckpt_path)
         return {k: v for k, v in self.callback_metrics.items() if k.startswith("val/")}
@@ -369,7 +371,10 @@ class RLTrainer:
             raise RuntimeError("train_step() needs a prepared module: call trainer.prepare(module) first")
         from rlforge.trainer.adapters import batch_from_dicts
 
-        batches = [batch_from_dicts(i, t, self.module.tokenizer.pad_token_id) for i, t in zip(inputs, targets, strict=True)]
+        batches = [
+            batch_from_dicts(i, t, self.module.tokenizer.pad_token_id)
+            for i, t in zip(inputs, targets, strict=True)
+        ]
         self.module.policy.train()
         total = 0.0
         for batch in batches:

@@ -28,7 +28,9 @@ def test_sampler_logprobs_match_trainer_recompute(tiny_policy):
         episodes = [Episode(prompt="", target="", completion=c) for g in groups for c in g]
         batch = collate_episodes(episodes, tokenizer.pad_token_id)
         with torch.no_grad():
-            recomputed, _ = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature)
+            recomputed, _ = compute_logprobs(
+                model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature
+            )
         mask = batch.response_mask.bool()
         assert mask.sum() > 20
         diff = (recomputed - batch.old_logprobs).abs()[mask]
@@ -56,7 +58,9 @@ def test_stop_token_ids_end_responses(tiny_policy):
     first = gen.generate(_encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0))
     tokens = first[0][0].token_ids
     stop = tokens[1]
-    again = gen.generate(_encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop]))
+    again = gen.generate(
+        _encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop])
+    )
     assert again[0][0].token_ids == tokens[: tokens.index(stop) + 1]
     assert again[0][0].stop_reason == "stop"
 
@@ -67,10 +71,13 @@ def test_greedy_matches_hf_generate(tiny_policy):
     ours = TorchGenerator(model, tokenizer).generate(ids, SamplingParams(max_new_tokens=8, temperature=0.0))
     for prompt, group in zip(ids, ours, strict=True):
         out = model.generate(
-            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=8,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
         )
-        expected = out[0, len(prompt):].tolist()
+        expected = out[0, len(prompt) :].tolist()
         if tokenizer.eos_token_id in expected:
             expected = expected[: expected.index(tokenizer.eos_token_id) + 1]
         assert group[0].token_ids == expected

@@ -6,7 +6,11 @@ import inspect
 
 from rlforge import Callback, GRPOModule, RLDataModule, RLTrainer, WeightSync
 
-HOOKS = [name for name, _ in inspect.getmembers(Callback, inspect.isfunction) if name.startswith(("on_", "setup", "teardown"))]
+HOOKS = [
+    name
+    for name, _ in inspect.getmembers(Callback, inspect.isfunction)
+    if name.startswith(("on_", "setup", "teardown"))
+]
 
 
 class Recorder(Callback):
@@ -31,8 +35,13 @@ def _record(obj, log: list[str], prefix: str) -> None:
 
 def _step(sync: bool, validate: bool, checkpoint: bool) -> list[str]:
     names = ["on_rollout_start", "on_rollout_end"]
-    names += ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-              "on_train_batch_end"] * 2  # two minibatches
+    names += [
+        "on_train_batch_start",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_train_batch_end",
+    ] * 2  # two minibatches
     if sync:
         names += ["on_weight_sync_start", "on_weight_sync_end"]
     if validate:
@@ -50,8 +59,12 @@ def test_hook_order(tiny_policy_dir, tmp_path):
     module = RecordingModule(model=tiny_policy_dir, group_size=2)
     _record(module, log, "module")
     trainer = RLTrainer(
-        max_steps=3, callbacks=[callback, WeightSync(sync_interval=2)], val_check_interval=2,
-        minibatch_size=4, default_root_dir=str(tmp_path), enable_progress_bar=False,
+        max_steps=3,
+        callbacks=[callback, WeightSync(sync_interval=2)],
+        val_check_interval=2,
+        minibatch_size=4,
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
     )
     trainer.checkpoint_callback.every_n_steps = 100  # only the final save
     trainer.fit(module, RLDataModule(task="addition", batch_size=4))
@@ -75,8 +88,13 @@ def test_exception_hooks_run_and_error_propagates(tiny_policy_dir, tmp_path):
         def on_exception(self, trainer, module, exception):
             seen.append(exception)
 
-    trainer = RLTrainer(max_steps=2, callbacks=[Boom()], default_root_dir=str(tmp_path), enable_progress_bar=False,
-                        val_at_start=False)
+    trainer = RLTrainer(
+        max_steps=2,
+        callbacks=[Boom()],
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
+        val_at_start=False,
+    )
     module = GRPOModule(model=tiny_policy_dir, group_size=2)
     try:
         trainer.fit(module, RLDataModule(batch_size=2))

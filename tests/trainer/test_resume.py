@@ -19,8 +19,12 @@ def parity_reward(prompt: str, response: str, target: str) -> float:
 def _run(root: Path, max_steps: int, ckpt_path: str | None = None) -> Path:
     module = GRPOModule(model=_run.policy, group_size=4, reward_fns=[parity_reward], lr=1e-3)
     trainer = RLTrainer(
-        max_steps=max_steps, default_root_dir=str(root), enable_progress_bar=False, val_check_interval=None,
-        callbacks=[WeightSync(sync_interval=3), ModelCheckpoint(every_n_steps=2)], seed=5,
+        max_steps=max_steps,
+        default_root_dir=str(root),
+        enable_progress_bar=False,
+        val_check_interval=None,
+        callbacks=[WeightSync(sync_interval=3), ModelCheckpoint(every_n_steps=2)],
+        seed=5,
     )
     trainer.fit(module, RLDataModule(batch_size=3), ckpt_path=ckpt_path)
     return trainer.log_dir / "metrics.csv"
