@@ -24,7 +24,8 @@ _PENDING = object()
 class _Batch:
     """Result slots of one ``run`` call; ``finish`` fills each slot once (first writer wins)."""
 
-    def __init__(self, n: int, on_result: Callable[[int, object], bool]) -> None:
+    def __init__(self, n: int, timeout_s: float, on_result: Callable[[int, object], bool]) -> None:
+        self.timeout_s = timeout_s
         self.results: list[object] = [_PENDING] * n
         self.remaining = n
         self.cancelled = False
@@ -81,7 +82,7 @@ class TimedPool:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
-        self.retired_alive: list[_Worker] = []
+        self._abandoned: list[_Worker] = []
 
     def _start_worker(self) -> None:
         worker = _Worker(self._jobs)
@@ -102,33 +103,49 @@ class TimedPool:
             timeout_s: Time limit of each call, counted from when a worker starts it.
             on_result: Bookkeeping hook; True cancels the batch.
         """
-        batch = _Batch(len(calls), on_result)
+        batch = _Batch(len(calls), timeout_s, on_result)
         if not calls:
             return [], False
+        self._reap_overdue(time.monotonic())  # replace workers stuck in calls of earlier, abandoned batches
         with self._lock:
             while len(self._workers) < self.num_workers:
                 self._start_worker()
         for i, fn in enumerate(calls):
             self._jobs.put((batch, i, fn))
         while not batch.done.is_set():
-            now = time.monotonic()
-            wake = now + timeout_s
-            with self._lock:
-                for worker in list(self._workers):
-                    current = worker.current
-                    if current is None or current[0] is not batch:
-                        continue
-                    _, i, started = current
-                    if now - started < timeout_s:
-                        wake = min(wake, started + timeout_s)
-                    elif batch.finish(i, TIMED_OUT):
-                        worker.retired = True
-                        self._workers.remove(worker)
-                        self.retired_alive.append(worker)
-                        self._start_worker()
-                self.retired_alive = [w for w in self.retired_alive if w.is_alive()]
+            wake = self._reap_overdue(time.monotonic() + timeout_s)
             batch.done.wait(max(0.001, wake - time.monotonic()))
         return [None if r is _PENDING else r for r in batch.results], batch.cancelled
+
+    def _reap_overdue(self, wake: float) -> float:
+        """Time out every overdue call (of any batch, also one abandoned by an earlier error) and
+        replace its worker; returns when the next running call falls due (at most ``wake``)."""
+        now = time.monotonic()
+        with self._lock:
+            for worker in list(self._workers):
+                current = worker.current
+                if current is None:
+                    continue
+                batch, i, started = current
+                due = started + batch.timeout_s
+                if now < due:
+                    wake = min(wake, due)
+                    continue
+                batch.finish(i, TIMED_OUT)  # no-op if the call just finished or its batch was cancelled
+                if worker.current is current:
+                    worker.retired = True
+                    self._workers.remove(worker)
+                    self._abandoned.append(worker)
+                    self._start_worker()
+            self._abandoned = [w for w in self._abandoned if w.is_alive()]
+        return wake
+
+    @property
+    def abandoned_alive(self) -> int:
+        """Timed-out calls whose threads are still running in the background."""
+        with self._lock:
+            self._abandoned = [w for w in self._abandoned if w.is_alive()]
+            return len(self._abandoned)
 
     def close(self) -> None:
         """Ask idle workers to exit (stuck ones exit when their call returns)."""

@@ -120,20 +120,26 @@ EXTRACTORS: dict[str, Callable[[str], list[str]]] = {
 }
 
 
-def strip_thinking(text: str, open_tag: str = "<think>", close_tag: str = "</think>") -> str:
+def strip_thinking(
+    text: str, open_tag: str = "<think>", close_tag: str = "</think>", opened_in_prompt: bool = False
+) -> str:
     """The part of a response that may hold the final answer: what follows the last ``close_tag``.
 
-    With no ``close_tag`` but an ``open_tag`` (thinking never finished) it is what precedes the open
-    tag, usually nothing. With neither tag the whole text is returned.
+    With no ``close_tag`` the thinking never finished: the result is what precedes the first
+    ``open_tag`` (usually nothing), or nothing at all if the prompt opened the block (chat templates
+    that end the generation prompt with ``<think>``). With neither tag the whole text is returned.
 
     Args:
         text: The response text.
         open_tag: The tag that opens a reasoning block.
         close_tag: The tag that closes it.
+        opened_in_prompt: The prompt ended with ``open_tag``.
     """
     close = text.rfind(close_tag)
     if close >= 0:
         return text[close + len(close_tag) :]
+    if opened_in_prompt:
+        return ""
     opened = text.find(open_tag)
     if opened >= 0:
         return text[:opened]

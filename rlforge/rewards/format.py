@@ -53,9 +53,7 @@ class FormatReward:
         try:
             self._regex = regex.compile(pattern, bits)
         except (regex.error, TypeError, ValueError, OverflowError) as err:
-            raise ConfigError(
-                f"FormatReward.pattern {pattern!r} is not a valid regular expression: {err}"
-            ) from err
+            raise ConfigError(f"FormatReward.pattern {pattern!r} is not a valid regular expression: {err}") from err
         self.pattern = pattern
         self.reward = float(reward)
         self.fullmatch = fullmatch

@@ -30,9 +30,7 @@ class LengthPenalty:
         if max_chars < 1:
             raise ConfigError(f"LengthPenalty.max_chars={max_chars}; it must be >= 1.")
         if not 0 <= buffer_chars <= max_chars:
-            raise ConfigError(
-                f"LengthPenalty.buffer_chars={buffer_chars}; it must be in [0, max_chars={max_chars}]."
-            )
+            raise ConfigError(f"LengthPenalty.buffer_chars={buffer_chars}; it must be in [0, max_chars={max_chars}].")
         if not coef >= 0:
             raise ConfigError(f"LengthPenalty.coef={coef}; it must be >= 0.")
         self.max_chars = max_chars

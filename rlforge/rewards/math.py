@@ -84,9 +84,10 @@ class MathReward:
     """1.0 if the final answer in the response equals the target, else 0.0 (or ``format_bonus``).
 
     Pipeline: drop an echoed prompt (a response that starts with the prompt) and, with
-    ``strip_thinking``, everything up to the last ``</think>`` (a response whose thinking never closes
-    has no answer) -> the first extractor in ``extractors`` that finds a non-empty answer wins ->
-    normalise both sides (:func:`~rlforge.rewards.normalize.normalize_answer`) -> compare.
+    ``strip_thinking``, everything up to the last ``</think>`` (a response whose thinking never closes,
+    opened in the response or at the end of the prompt, has no answer) -> the first extractor in
+    ``extractors`` that finds a non-empty answer wins -> normalise both sides
+    (:func:`~rlforge.rewards.normalize.normalize_answer`) -> compare.
 
     Several answers in one format: for ``boxed`` and ``answer_is`` the last one is the final answer
     (models box intermediate results and correct themselves in prose); for the formats listed in
@@ -134,9 +135,7 @@ class MathReward:
         for field, names in fields:
             unknown = [n for n in names if n not in EXTRACTORS]
             if unknown:
-                raise ConfigError(
-                    f"MathReward.{field}: unknown format(s) {unknown}; choose from {sorted(EXTRACTORS)}."
-                )
+                raise ConfigError(f"MathReward.{field}: unknown format(s) {unknown}; choose from {sorted(EXTRACTORS)}.")
         if not self.extractors:
             raise ConfigError(f"MathReward.extractors is empty; list at least one of {sorted(EXTRACTORS)}.")
         if not 0.0 <= format_bonus < 1.0:
@@ -175,7 +174,7 @@ class MathReward:
         if prompt and response.startswith(prompt):
             response = response[len(prompt) :]
         if self.strip_thinking:
-            response = strip_thinking(response)
+            response = strip_thinking(response, opened_in_prompt=prompt.rstrip().endswith("<think>"))
         fmt, raw = self.extract(response)
         if not raw:
             return 0.0

@@ -3,10 +3,10 @@
 Normalisation (:func:`normalize_answer`) is applied the same way to the target and to the extracted
 answer: surrounding whitespace, ``$...$`` / ``\\(...\\)`` / ``\\[...\\]``, a whole ``\\boxed{}``,
 markdown ``**``, ``\\text{}``-like wrappers, ``\\left``/``\\right`` and LaTeX spacing, ``\\dfrac``/
-``\\tfrac``, degree signs, currency (``$``, ``\\$``), thousands separators (``1,000``, ``1{,}000``),
-a trailing ``.``, a single-variable assignment (``x = 5`` -> ``5``) and unit words after a number
-(``72 dollars``, ``5 cm``, ``5 \\text{cm}^2``). A percent sign is treated as a unit and dropped, so
-``50%`` equals ``50`` (the GSM8K convention), NOT ``0.5``.
+``\\tfrac``, degree signs, currency (``$``, ``\\$``), thousands separators (``1,000``, ``1{,}000``,
+``1\\,000``), a trailing ``.``, a single-variable assignment (``x = 5`` -> ``5``) and unit words after
+a number (``72 dollars``, ``5 cm``, ``5 \\text{cm}^2``). A percent sign is treated as a unit and
+dropped, so ``50%`` equals ``50`` (the GSM8K convention), NOT ``0.5``. Nothing is evaluated.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ _SPACING = re.compile(r"\\[,;:! ]|\\(?:left|right|displaystyle)\b|\\q?quad\b")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
 _THOUSANDS_TEX = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_SPACE_GROUPED = re.compile(r"^[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")  # 1 000 000 (also from 1\,000\,000)
 _ASSIGNMENT = re.compile(r"^[A-Za-z]\s*=\s*([^=]+)$")
 _NUMBER_TEXT = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s*/\s*\d+)?"
 _PAREN_NUMBER = re.compile(rf"^\(\s*({_NUMBER_TEXT})\s*\)$")
@@ -43,7 +44,8 @@ _SLASH_FRAC = re.compile(r"^([-+]?\d+)/(\d+)$")
 _TEX_FRAC = re.compile(r"^([-+]?)\\frac(?:\{([-+]?\d+)\}\{(\d+)\}|(\d)(\d))$")
 
 _DIGIT_RUN = re.compile(rf"\d{{{_MAX_DIGITS + 1},}}")
-_CLOSED_FORM_BREAKERS = re.compile(r"\\(?:sum|prod|int|iint|iiint|oint|lim|partial|infty)\b|\.\.\.|\\[cl]?dots")
+_CLOSED_FORM_BREAKERS = re.compile(r"\\(?:sum|prod|int|iint|iiint|oint|lim|partial)(?![A-Za-z])")
+_COMBINATORIAL = re.compile(r"\\(?:[dt]?binom|choose|Gamma)(?![A-Za-z])|!")
 _FACTORIAL_OK = re.compile(r"(?:^|[^0-9)}\]!])(?:\d{1,3}|[A-Za-z])!")
 
 
@@ -110,6 +112,8 @@ def normalize_answer(text: str, max_chars: int = 200) -> str:
         s = paren.group(1)
     if re.match(r"^[-+]\s+\d", s):  # "- 5" -> "-5"
         s = s[0] + s[1:].lstrip()
+    if _SPACE_GROUPED.match(s):
+        s = s.replace(" ", "")
     return s if len(s) <= max_chars else ""
 
 
@@ -123,8 +127,8 @@ def parse_number(s: str) -> Fraction | None:
     Args:
         s: A normalised answer (:func:`normalize_answer`).
     """
-    if not s or len(s) > 2 * _MAX_DIGITS or _DIGIT_RUN.search(s):
-        return None
+    if not s or len(s) > 2 * _MAX_DIGITS or _DIGIT_RUN.search(s) or re.search(r"\d\s+\d", s):
+        return None  # "7 2" is two numbers, not 72
     s = s.replace(" ", "")
     if _DECIMAL.match(s):
         return Fraction(s)
@@ -183,9 +187,9 @@ def is_too_costly(s: str, closed_form: bool = False) -> bool:
     Big-integer arithmetic inside sympy runs in C while holding the GIL, so no timeout can interrupt
     it (``10^{10^{10}}`` hangs math-verify forever). Rejected: digit runs over 60 digits, ``**``,
     braces nested over 20 deep, power towers (an exponent containing ``^``), exponents over 200,
-    factorials of anything but a literal up to 999 or a single letter, and (when ``closed_form``)
-    sums, products, integrals, limits, derivatives, infinities and ellipses, which are not final
-    answers.
+    factorials of anything but a literal up to 999 or a single letter, binomials/Gamma/factorials
+    next to a power or a number over 999, and (when ``closed_form``) sums, products, integrals,
+    limits and derivatives, which are not final answers.
 
     Args:
         s: A normalised answer.
@@ -195,8 +199,9 @@ def is_too_costly(s: str, closed_form: bool = False) -> bool:
         return True
     if closed_form and _CLOSED_FORM_BREAKERS.search(s):
         return True
-    if "!" in s and s.count("!") != len(_FACTORIAL_OK.findall(s)):
-        return True
+    if _COMBINATORIAL.search(s):  # factorial-like: exact results grow super-exponentially, in C
+        if "^" in s or re.search(r"\d{4}", s) or s.count("!") != len(_FACTORIAL_OK.findall(s)):
+            return True
     for exponent in _exponents(s):
         if "^" in exponent or "!" in exponent or "\\binom" in exponent:
             return True

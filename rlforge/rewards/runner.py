@@ -204,7 +204,13 @@ class RewardRunner:
         for name, s in zip(self.names, scores, strict=True):
             metrics[f"reward/{name}_mean"] = sum(s) / n if n else 0.0
         if lines:
-            log.warning("%d reward call(s) failed in this batch (scored 0); first: %s", len(lines), lines[0])
+            stuck = self._pool.abandoned_alive if self._pool is not None else 0
+            log.warning(
+                "%d reward call(s) failed in this batch (scored 0); first: %s%s",
+                len(lines),
+                lines[0],
+                f"; {stuck} timed-out call(s) still running in background threads" if stuck else "",
+            )
         return RewardResult(rewards=rewards, breakdown=breakdown, metrics=metrics, errors=lines)
 
     def __getstate__(self) -> dict[str, object]:

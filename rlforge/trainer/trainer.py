@@ -173,6 +173,8 @@ class RLTrainer:
             self._write_manifest()
             if stage == "fit":
                 self._fit_loop()
+            elif not self.datamodule.val_dataset():
+                raise ConfigError("validate: the data module has no held-out rows (set data.val_file or data.task)")
             else:
                 self._validate_and_log()
             status = "success"
