@@ -145,7 +145,7 @@ class GRPOModule(RLModule):
         reward_timeout_s: float = 5.0,
         max_reward_error_frac: float = 0.1,
         advantage: str = "group",
-        lr: float = 3e-4,
+        lr: float = 1e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         entropy_coef: float = 0.0,

@@ -7,7 +7,9 @@ clipping: on-policy, one update per batch), fresh AdamW. Greedy held-out accurac
 ``eval_every`` steps against RL wall time (evaluation time excluded) and total wall time.
 
 The library's trainer (``rlforge.trainer``) is the real implementation; this only measures
-feasibility.
+feasibility. Measured on the shipped policy (2 threads, group 8, 16 prompts/step, T=1, 10 new tokens,
+~0.18 s/step): greedy held-out accuracy 0.34 -> 0.60 (step 50, 9 s) -> 0.71 (100, 18 s) -> 0.84
+(300, 54 s) at lr 1e-4; lr 2e-4 is noisier (0.34 -> 0.72 at step 300); lr 5e-4 and 1e-3 collapse.
 
 Usage::
 
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--time-budget", type=float, default=330.0, help="stop after this many RL seconds")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--prompts-per-step", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--max-new-tokens", type=int, default=10)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=25)

@@ -6,7 +6,10 @@ prompt + solution + eos, prompt tokens masked from the loss, AdamW), measures he
 (greedy, and sampled at temperature 1) and saves an HF folder plus ``warmstart.json``.
 
 The warm start is deliberately short: RL needs a policy that is right some of the time (sampled
-reward >= ~0.15) but has room to improve (greedy held-out accuracy ~25-45%).
+reward >= ~0.15) but has room to improve (greedy held-out accuracy ~25-45%). Two-digit addition learns
+in a sharp transition around step 450-600 at lr 1e-3 (a cosine schedule makes it sharper still); the
+defaults stop inside it: 480 steps (~20 s on 2 threads) -> greedy 0.34, sampled (T=1) 0.19 on the 200
+held-out pairs. The output is bit-identical across runs with the same flags and thread count.
 
 Usage::
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import time
@@ -83,6 +87,16 @@ def evaluate(model, tokenizer, splits, samples: int = 8, max_train_rows: int = 2
     }
 
 
+def lr_factor(step: int, args: argparse.Namespace) -> float:
+    """Linear warm-up, then constant or cosine decay to 0 at ``args.steps``."""
+    if step < args.warmup_steps:
+        return (step + 1) / args.warmup_steps
+    if args.schedule == "constant":
+        return 1.0
+    progress = (step - args.warmup_steps) / max(1, args.steps - args.warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, int | float]:
     out: dict[str, int | float] = {}
     for item in items:
@@ -95,10 +109,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="addition")
     parser.add_argument("--task-args", nargs="*", default=[], help="task kwargs, e.g. num_val=30")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=480)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab-size", type=int, default=512)
@@ -120,12 +136,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model = build_tiny_model(tokenizer, seed=args.seed, **parse_overrides(args.model))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, args))
     for step in range(1, args.steps + 1):
         batch = sft_batch(tokenizer, [rng.choice(splits.train) for _ in range(args.batch_size)])
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        scheduler.step()
         if args.eval_every and step % args.eval_every == 0:
             m = evaluate(model, tokenizer, splits)
             print(f"step {step:4d} loss {loss.item():.3f} " + " ".join(f"{k} {v:.3f}" for k, v in m.items()))
@@ -143,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "batch_size": args.batch_size,
         "lr": args.lr,
         "weight_decay": args.weight_decay,
+        "schedule": args.schedule,
+        "warmup_steps": args.warmup_steps,
         "optimizer": "AdamW",
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),

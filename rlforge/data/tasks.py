@@ -5,12 +5,13 @@ Every task is a pure function of its name, seed and keyword arguments: it uses i
 validation splits are disjoint in the content that determines the answer (the operand pairs for
 ``addition``, the digit strings for ``reverse`` and ``max``).
 
-Prompts are plain text and contain only single digits as variable content, so every prompt of a task
-tokenises to the same length with a digit-splitting tokenizer (no padding is needed in a batch):
+Within a task every prompt has the same number of digits, so with a digit-splitting tokenizer all
+prompts of a task tokenise to the same length (no padding is needed in a batch). The default task is
+two-digit addition; the shipped default policy (``rlforge/models/assets/default_policy``) is warm-started on it:
 
 >>> splits = make_task("addition")
 >>> splits.val[0]["prompt"], splits.val[0]["solution"], splits.val[0]["target"]
-('Q: What is 0 + 4?\\nA:', ' #### 4', '4')
+('Q: What is 25 + 60?\\nA:', ' #### 85', '85')
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ def _row(prompt: str, answer: str) -> dict[str, str]:
 def _split(
     items: Sequence[tuple[int, ...]], seed: int, num_val: int, num_train: int | None, field_name: str
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """Shuffle ``items`` with a private RNG and cut them into (train, val), val sorted for readability."""
+    """Shuffle ``items`` with a private RNG and cut them into (train, val); any prefix of val is random."""
     if not 0 < num_val < len(items):
         raise ConfigError(f"`{field_name}` must be between 1 and {len(items) - 1} for this task, got {num_val}.")
     order = list(items)
     random.Random(seed).shuffle(order)
-    val, train = sorted(order[:num_val]), order[num_val:]
+    val, train = order[:num_val], order[num_val:]
     if num_train is not None:
         if num_train < 1:
             raise ConfigError(f"`num_train` must be positive or None, got {num_train}.")
@@ -74,17 +75,24 @@ def _split(
     return train, val
 
 
-def addition(seed: int = 0, num_val: int = 30, max_operand: int = 9) -> TaskSplits:
-    """Single-digit addition: ``"Q: What is 3 + 5?\\nA:"`` -> ``" #### 8"``.
+def addition(seed: int = 0, num_val: int | None = None, digits: int = 2) -> TaskSplits:
+    """Addition of two ``digits``-digit numbers: ``"Q: What is 47 + 85?\\nA:"`` -> ``" #### 132"``.
+
+    With ``digits=2`` (the default) the operands are 10-99 (8100 pairs), so every prompt has the same
+    length and the held-out pairs can only be solved by learning digit-wise addition. ``digits=1`` gives
+    single-digit operands 0-9 (100 pairs); there a disjoint held-out split is only reachable through
+    commutativity (``b + a`` seen in train), so RL on it barely moves held-out accuracy.
 
     Args:
         seed: Seed of the split; the held-out pairs depend only on it and the arguments.
-        num_val: Number of held-out ``(a, b)`` pairs (out of ``(max_operand + 1) ** 2``).
-        max_operand: Largest operand; keep it at 9 so prompts stay equal-length.
+        num_val: Number of held-out ``(a, b)`` pairs; default 200 (30 for ``digits=1``).
+        digits: Number of digits of each operand (1 or 2).
     """
-    if not 1 <= max_operand <= 99:
-        raise ConfigError(f"`max_operand` must be in [1, 99], got {max_operand}.")
-    pairs = list(itertools.product(range(max_operand + 1), repeat=2))
+    if digits not in (1, 2):
+        raise ConfigError(f"`digits` must be 1 or 2, got {digits}.")
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    pairs = list(itertools.product(range(low, 10**digits), repeat=2))
+    num_val = (30 if digits == 1 else 200) if num_val is None else num_val
     train, val = _split(pairs, seed, num_val, None, "num_val")
     rows = lambda ps: [_row(f"Q: What is {a} + {b}?\nA:", str(a + b)) for a, b in ps]
     return TaskSplits(train=rows(train), val=rows(val), name="addition")
@@ -100,9 +108,7 @@ def reverse(seed: int = 0, num_val: int = 200, num_train: int | None = None) -> 
     """
     strings = list(itertools.product(range(1, 10), repeat=4))
     train, val = _split(strings, seed, num_val, num_train, "num_val")
-    rows = lambda ds: [
-        _row(f"Q: Reverse {''.join(map(str, d))}.\nA:", "".join(map(str, reversed(d)))) for d in ds
-    ]
+    rows = lambda ds: [_row(f"Q: Reverse {''.join(map(str, d))}.\nA:", "".join(map(str, reversed(d)))) for d in ds]
     return TaskSplits(train=rows(train), val=rows(val), name="reverse")
 
 

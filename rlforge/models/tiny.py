@@ -76,9 +76,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTo
     )
 
 
-def build_tiny_model(
-    tokenizer: PreTrainedTokenizerFast, seed: int = 0, **config_overrides: Any
-) -> PreTrainedModel:
+def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, **config_overrides: Any) -> PreTrainedModel:
     """Build a randomly initialised fp32 Qwen3 sized for CPU experiments.
 
     The global RNG is left untouched (initialisation runs under ``torch.random.fork_rng``). Embeddings

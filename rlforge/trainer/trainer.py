@@ -58,7 +58,7 @@ class RLTrainer:
 
     def __init__(
         self,
-        max_steps: int = 100,
+        max_steps: int = 300,
         strategy: Strategy = _DEFAULT_STRATEGY,
         callbacks: list[Callback] | None = None,
         logger: Logger | list[Logger] | bool = True,
