@@ -49,8 +49,14 @@ def main() -> None:
                         generator.generate(prompts.tolist(), params)
                     else:
                         model.generate(
-                            prompts, attention_mask=torch.ones_like(prompts), do_sample=True, temperature=1.0,
-                            top_k=0, top_p=1.0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                            prompts,
+                            attention_mask=torch.ones_like(prompts),
+                            do_sample=True,
+                            temperature=1.0,
+                            top_k=0,
+                            top_p=1.0,
+                            max_new_tokens=args.new_tokens,
+                            min_new_tokens=args.new_tokens,
                             pad_token_id=tokenizer.pad_token_id,
                         )
                 times[side].append(time.perf_counter() - start)

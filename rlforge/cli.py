@@ -38,9 +38,7 @@ def _stage_parser(stage: str) -> ArgumentParser:
     parser.add_class_arguments(RLTrainer, "trainer", fail_untyped=True)
     parser.add_subclass_arguments(RLModule, "module", default=lazy_instance(GRPOModule), required=False)
     parser.add_class_arguments(RLDataModule, "data")
-    parser.add_argument(
-        "--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.'
-    )
+    parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.')
     return parser
 
 

@@ -153,9 +153,7 @@ class GRPOModule(RLModule):
     ) -> None:
         super().__init__()
         if sampling.greedy:
-            raise ConfigError(
-                "module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)"
-            )
+            raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
         if sampling.n not in (1, group_size):
             raise ConfigError(
                 f"module.sampling.n ({sampling.n}) conflicts with module.group_size ({group_size}); set group_size only"

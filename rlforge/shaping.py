@@ -48,9 +48,7 @@ def overlong_penalty(response_len: int, max_len: int, cache_len: int, penalty: f
     return -penalty
 
 
-def apply_overlong_penalty(
-    episodes: Sequence[Episode], max_len: int, cache_len: int, penalty: float = 1.0
-) -> None:
+def apply_overlong_penalty(episodes: Sequence[Episode], max_len: int, cache_len: int, penalty: float = 1.0) -> None:
     """Adds ``overlong_penalty`` of each completion's token count to ``episode.reward`` (in place).
 
     The added value is also stored as ``episode.reward_breakdown["overlong_penalty"]``.

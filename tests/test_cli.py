@@ -70,8 +70,7 @@ def test_print_config_round_trip_reproduces_the_run(tiny_policy_dir, tmp_path, c
 
     assert _cli(["fit", *_fast_flags(tiny_policy_dir, tmp_path / "a")], capsys)[0] == 0
     assert (
-        _cli(["fit", "--config", str(config_file), "--trainer.default_root_dir", str(tmp_path / "b")], capsys)[0]
-        == 0
+        _cli(["fit", "--config", str(config_file), "--trainer.default_root_dir", str(tmp_path / "b")], capsys)[0] == 0
     )
     first, second = _losses(tmp_path / "a"), _losses(tmp_path / "b")
     assert len(first) == 2 and first == second

@@ -9,9 +9,7 @@ import torch
 from rlforge.types import Episode, TrainBatch
 
 
-def collate_episodes(
-    episodes: Sequence[Episode], pad_token_id: int, device: torch.device | str = "cpu"
-) -> TrainBatch:
+def collate_episodes(episodes: Sequence[Episode], pad_token_id: int, device: torch.device | str = "cpu") -> TrainBatch:
     """Pads episodes into ``[left-padded prompt | right-padded response]`` tensors.
 
     Empty responses are kept (all-zero ``response_mask`` rows) so group statistics stay aligned; at

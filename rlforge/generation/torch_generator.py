@@ -123,9 +123,7 @@ class TorchGenerator:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=self.device)
-        tokens = torch.full(
-            (batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=self.device
-        )
+        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=self.device)
         logprobs = torch.zeros((batch, params.max_new_tokens), device=self.device)
         lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)

@@ -26,9 +26,7 @@ class CSVLogger(Logger):
         version: Run version; ``None`` picks the next free ``version_<n>``.
     """
 
-    def __init__(
-        self, save_dir: str | None = None, name: str = "rlforge", version: int | str | None = None
-    ) -> None:
+    def __init__(self, save_dir: str | None = None, name: str = "rlforge", version: int | str | None = None) -> None:
         self.save_dir, self.name, self._version = save_dir, name, version
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = ["step"]
@@ -41,9 +39,7 @@ class CSVLogger(Logger):
         root = Path(self.save_dir or default_root_dir) / self.name
         version = self._version
         if version is None:
-            taken = [
-                int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))
-            ]
+            taken = [int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))]
             version = max(taken, default=-1) + 1
         self._log_dir = root / (version if isinstance(version, str) else f"version_{version}")
         self._log_dir.mkdir(parents=True, exist_ok=True)

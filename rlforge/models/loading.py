@@ -52,9 +52,7 @@ def load_policy(name_or_path: str, dtype: str = "float32", device: str | torch.d
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
     except OSError as err:
-        hint = (
-            "" if Path(path).exists() else " (not a local folder: loading a hub id needs network or the HF cache)"
-        )
+        hint = "" if Path(path).exists() else " (not a local folder: loading a hub id needs network or the HF cache)"
         raise ConfigError(f"model: cannot load {name_or_path!r}{hint}: {err}") from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

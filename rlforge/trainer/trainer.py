@@ -374,8 +374,7 @@ class RLTrainer:
         from rlforge.trainer.adapters import batch_from_dicts
 
         batches = [
-            batch_from_dicts(i, t, self.module.tokenizer.pad_token_id)
-            for i, t in zip(inputs, targets, strict=True)
+            batch_from_dicts(i, t, self.module.tokenizer.pad_token_id) for i, t in zip(inputs, targets, strict=True)
         ]
         self.module.policy.train()
         total = 0.0

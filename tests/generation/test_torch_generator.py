@@ -58,9 +58,7 @@ def test_stop_token_ids_end_responses(tiny_policy):
     first = gen.generate(_encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0))
     tokens = first[0][0].token_ids
     stop = tokens[1]
-    again = gen.generate(
-        _encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop])
-    )
+    again = gen.generate(_encode(tokenizer), SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop]))
     assert again[0][0].token_ids == tokens[: tokens.index(stop) + 1]
     assert again[0][0].stop_reason == "stop"
 

@@ -45,9 +45,7 @@ def test_log_ratio_clamp_at_100(cls, dtype, make_batch):
     """Log-ratios of ±100 (exp(100) is inf in fp32) give a finite loss and finite gradients, KL included."""
     assert torch.isinf(torch.exp(torch.tensor(100.0)))
     batch = make_batch(seed=1, dtype=dtype)
-    sign = torch.where(torch.arange(batch["logprobs"].numel()) % 2 == 0, 1.0, -1.0).reshape(
-        batch["logprobs"].shape
-    )
+    sign = torch.where(torch.arange(batch["logprobs"].numel()) % 2 == 0, 1.0, -1.0).reshape(batch["logprobs"].shape)
     batch["old_logprobs"] = batch["logprobs"] + 100 * sign.to(dtype)
     batch["ref_logprobs"] = batch["logprobs"] - 100 * sign.to(dtype)
     lp = batch["logprobs"].clone().requires_grad_(True)

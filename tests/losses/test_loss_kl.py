@@ -75,9 +75,7 @@ def test_gradients(dist):
     reverse = _grad(lambda: _kl_reverse(theta, ref), theta)
     forward = _grad(lambda: _kl_forward(theta, ref), theta)
     assert not torch.allclose(reverse, forward)
-    torch.testing.assert_close(
-        _grad(lambda: _expectation(theta, ref, k1), theta), torch.zeros(6, dtype=torch.float64)
-    )
+    torch.testing.assert_close(_grad(lambda: _expectation(theta, ref, k1), theta), torch.zeros(6, dtype=torch.float64))
     torch.testing.assert_close(_grad(lambda: _expectation(theta, ref, k2), theta), reverse)
     torch.testing.assert_close(_grad(lambda: _expectation(theta, ref, k3), theta), forward)
     torch.testing.assert_close(_grad(lambda: _expectation(theta, ref, k3, times_ratio=True), theta), reverse)
