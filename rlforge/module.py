@@ -20,6 +20,7 @@ from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.rewards import MathReward, RewardRunner
+from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ class RLModule(nn.Module):
         self.sampling = SamplingParams()
         self.val_sampling = SamplingParams(temperature=0.0)
         self.needs_reference = False
+        # DAPO data-side switches the trainer reads (GRPOModule exposes them as arguments).
+        self.dynamic_sampling = False
+        self.max_sampling_tries = 1
+        self.filter_truncated = False
 
     # ----------------------------------------------------------------------------------- factories
     def configure_model(self) -> None:
@@ -131,6 +136,13 @@ class GRPOModule(RLModule):
         warmup_steps: Linear LR warm-up length in RL steps (0 disables).
         entropy_coef: Weight of an entropy bonus added to the loss (0 disables).
         dtype: Policy parameter dtype (``float32``, ``bfloat16``, ``float16``).
+        dynamic_sampling: DAPO dynamic sampling: resample prompts until the batch has ``data.batch_size``
+            groups whose rewards differ (at most ``max_sampling_tries`` rollouts per step).
+        max_sampling_tries: Rollout calls per step allowed by dynamic sampling.
+        overlong_cache_len: DAPO soft overlong punishment over the last N tokens before ``max_new_tokens``
+            (0 disables).
+        overlong_penalty: Reward subtracted at ``max_new_tokens`` by the overlong punishment.
+        filter_truncated: DAPO overlong filtering: truncated responses get no loss.
     """
 
     def __init__(
@@ -150,6 +162,11 @@ class GRPOModule(RLModule):
         warmup_steps: int = 0,
         entropy_coef: float = 0.0,
         dtype: str = "float32",
+        dynamic_sampling: bool = False,
+        max_sampling_tries: int = 4,
+        overlong_cache_len: int = 0,
+        overlong_penalty: float = 1.0,
+        filter_truncated: bool = False,
     ) -> None:
         super().__init__()
         if sampling.greedy:
@@ -183,6 +200,16 @@ class GRPOModule(RLModule):
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.entropy_coef = entropy_coef
         self.dtype = dtype
+        if max_sampling_tries < 1:
+            raise ConfigError(f"module.max_sampling_tries must be >= 1, got {max_sampling_tries}")
+        if not 0 <= overlong_cache_len < self.sampling.max_new_tokens:
+            raise ConfigError(
+                f"module.overlong_cache_len must be in [0, sampling.max_new_tokens={self.sampling.max_new_tokens}), "
+                f"got {overlong_cache_len}"
+            )
+        self.dynamic_sampling, self.max_sampling_tries = dynamic_sampling, max_sampling_tries
+        self.overlong_cache_len, self.overlong_penalty = overlong_cache_len, overlong_penalty
+        self.filter_truncated = filter_truncated
 
     def configure_model(self) -> None:
         if self.policy is None:
@@ -211,6 +238,10 @@ class GRPOModule(RLModule):
         )
         for ep, reward, breakdown in zip(episodes, result.rewards, result.breakdown, strict=True):
             ep.reward, ep.reward_breakdown = float(reward), dict(breakdown)
+        if self.overlong_cache_len:
+            apply_overlong_penalty(
+                episodes, self.sampling.max_new_tokens, self.overlong_cache_len, self.overlong_penalty
+            )
         return dict(result.metrics)
 
     def compute_advantages(self, groups: list[Group]) -> None:

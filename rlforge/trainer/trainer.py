@@ -25,6 +25,7 @@ from rlforge.errors import ConfigError, NonFiniteError
 from rlforge.loggers import CSVLogger, Logger
 from rlforge.metrics import rollout_metrics, validation_metrics
 from rlforge.module import RLModule
+from rlforge.shaping import dynamic_sample, mask_truncated
 from rlforge.strategies import LocalStrategy, Strategy
 from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
@@ -237,12 +238,24 @@ class RLTrainer:
     def _rollout(self) -> tuple[list[Group], TrainBatch]:
         """Samples, scores and prepares one batch: rollouts -> rewards -> advantages -> ref logprobs."""
         module = self.module
-        groups = self.strategy.rollout(module, self.datamodule.next_batch())
-        for name, value in self.strategy.score(module, groups).items():
-            self._log_metric(name, value)
+
+        def sample() -> list[Group]:
+            groups = self.strategy.rollout(module, self.datamodule.next_batch())
+            for name, value in self.strategy.score(module, groups).items():
+                self._log_metric(name, value)
+            return groups
+
+        if module.dynamic_sampling:
+            groups, stats = dynamic_sample(sample, self.datamodule.batch_size, module.max_sampling_tries)
+            for name, value in stats.items():
+                self._log_metric(name, value)
+        else:
+            groups = sample()
         module.compute_advantages(groups)
         episodes = [ep for group in groups for ep in group]
         batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.strategy.root_device)
+        if module.filter_truncated:
+            batch.response_mask = mask_truncated(episodes, batch.response_mask)
         if module.beta > 0:
             batch.ref_logprobs = self.strategy.reference_logprobs(module, batch)
             for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):
