@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -12,37 +11,13 @@ import pytest
 import yaml
 
 from rlforge.cli import main
+from tests.helpers import fast_flags, metric_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _fast_flags(policy: str, root: Path) -> list[str]:
-    return [
-        "--trainer.max_steps",
-        "2",
-        "--trainer.default_root_dir",
-        str(root),
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.val_check_interval",
-        "2",
-        "--data.batch_size",
-        "3",
-        "--data.val_size",
-        "4",
-        "--module.model",
-        policy,
-        "--module.group_size",
-        "3",
-        "--module.sampling.max_new_tokens",
-        "6",
-        "--module.reward_fns",
-        '["tests.test_cli.char_reward"]',
-    ]
-
-
-def char_reward(prompt: str, response: str, target: str) -> float:
-    return float(len(response) % 3 == 0)
+    return fast_flags(policy, root, trainer__val_check_interval=2, data__batch_size=3, data__val_size=4)
 
 
 def _cli(args: list[str], capsys) -> tuple[int, str, str]:
@@ -56,9 +31,7 @@ def _cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def _losses(root: Path) -> list[str]:
-    (metrics,) = root.glob("rlforge/version_*/metrics.csv")
-    with open(metrics) as f:
-        return [row["train/loss"] for row in csv.DictReader(f) if row.get("train/loss")]
+    return [row["train/loss"] for row in metric_rows(root)]
 
 
 def test_print_config_round_trip_reproduces_the_run(tiny_policy_dir, tmp_path, capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import torch
@@ -10,6 +9,7 @@ import torch
 from examples.custom_loss import ClippedPGWithKL
 from rlforge.cli import run
 from rlforge.losses import GRPOLoss
+from tests.helpers import fast_flags, metric_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,35 +28,9 @@ def test_custom_loss_matches_grpo_loss_with_k3():
 
 def test_custom_loss_trains_from_yaml(tiny_policy_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
-    run(
-        [
-            "fit",
-            "--config",
-            "configs/custom_loss.yaml",
-            "--module.model",
-            tiny_policy_dir,
-            "--module.group_size",
-            "4",
-            "--module.sampling.max_new_tokens",
-            "6",
-            "--module.reward_fns",
-            '["tests.test_cli.char_reward"]',
-            "--module.lr",
-            "3e-3",
-            "--data.batch_size",
-            "4",
-            "--trainer.max_steps",
-            "4",
-            "--trainer.val_check_interval",
-            "0",
-            "--trainer.default_root_dir",
-            str(tmp_path),
-            "--trainer.enable_progress_bar",
-            "false",
-        ]
-    )
-    (metrics,) = tmp_path.glob("rlforge/version_*/metrics.csv")
-    rows = [row for row in csv.DictReader(open(metrics)) if row.get("train/loss")]
+    flags = fast_flags(tiny_policy_dir, tmp_path, trainer__max_steps=4, module__lr=3e-3, module__group_size=4)
+    run(["fit", "--config", "configs/custom_loss.yaml", *flags])
+    rows = metric_rows(tmp_path)
     assert len(rows) == 4
     kls = [float(row["train/kl"]) for row in rows]
     assert kls[0] == 0.0 and kls[-1] > 0.0  # the policy moved away from the reference: it trained

@@ -1,0 +1,36 @@
+"""Test helpers: run `rlforge fit` in-process with small, fast settings and read back its metrics."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+
+def char_reward(prompt: str, response: str, target: str) -> float:
+    """A reward that varies with the sample, so an untrained policy gets non-zero advantages."""
+    return float(len(response) % 3 == 0)
+
+
+def fast_flags(policy: str, root: Path | str, **overrides: Any) -> list[str]:
+    """CLI flags for a seconds-long run; ``overrides`` use ``__`` for dots (``trainer__max_steps=4``)."""
+    flags: dict[str, Any] = {
+        "trainer.max_steps": 2,
+        "trainer.default_root_dir": str(root),
+        "trainer.enable_progress_bar": "false",
+        "trainer.val_check_interval": 0,
+        "data.batch_size": 2,
+        "module.model": policy,
+        "module.group_size": 3,
+        "module.sampling.max_new_tokens": 5,
+        "module.reward_fns": '["tests.helpers.char_reward"]',
+    }
+    flags.update({key.replace("__", "."): value for key, value in overrides.items()})
+    return [item for key, value in flags.items() for item in (f"--{key}", str(value))]
+
+
+def metric_rows(root: Path | str, column: str = "train/loss") -> list[dict[str, str]]:
+    """Rows of the (single) run under ``root`` that have ``column`` set."""
+    (metrics,) = Path(root).glob("rlforge/version_*/metrics.csv")
+    with open(metrics) as f:
+        return [row for row in csv.DictReader(f) if row.get(column)]
