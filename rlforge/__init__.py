@@ -9,9 +9,11 @@ rank_zero_only.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)
 
 from rlforge.callbacks import Callback, ModelCheckpoint, ProgressBar, WeightSync  # noqa: E402
 from rlforge.data import RLDataModule  # noqa: E402
+from rlforge.data.sft import SFTDataModule  # noqa: E402
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
 from rlforge.loggers import CSVLogger, Logger  # noqa: E402
 from rlforge.module import GRPOModule, RLModule  # noqa: E402
+from rlforge.sft import SFTModule  # noqa: E402
 from rlforge.strategies import LocalStrategy, Strategy  # noqa: E402
 from rlforge.trainer import RLTrainer  # noqa: E402
 from rlforge.types import Completion, Episode, Group, TrainBatch  # noqa: E402
@@ -32,6 +34,8 @@ __all__ = [
     "RLDataModule",
     "RLModule",
     "RLTrainer",
+    "SFTDataModule",
+    "SFTModule",
     "SamplingParams",
     "Strategy",
     "TorchGenerator",

@@ -7,6 +7,7 @@ Every run is described by three blocks, each settable from YAML (``--config``), 
     module:   an RLModule subclass (default GRPOModule), with its loss, rewards and sampling
     data:     RLDataModule arguments
 
+``rlforge sft`` has the same blocks with ``SFTModule``/``SFTDataModule`` defaults.
 ``rlforge fit`` with no arguments runs the embedded offline default (``configs/default.yaml``).
 """
 
@@ -22,13 +23,16 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, lazy_instance
 
 from rlforge.data import RLDataModule
+from rlforge.data.sft import SFTDataModule
 from rlforge.errors import RLForgeError
 from rlforge.module import GRPOModule, RLModule
+from rlforge.sft import SFTModule
 from rlforge.trainer import RLTrainer
 
 SUBCOMMANDS = {
     "fit": "Train a policy with RL (the default config runs offline on CPU).",
     "validate": "Evaluate a policy on the held-out prompts.",
+    "sft": "Supervised fine-tuning (warm start); its checkpoint's policy/ folder is a `fit` module.model.",
 }
 
 
@@ -36,8 +40,9 @@ def _stage_parser(stage: str) -> ArgumentParser:
     parser = ArgumentParser(description=SUBCOMMANDS[stage], exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="YAML config file(s) (later ones override).")
     parser.add_class_arguments(RLTrainer, "trainer", fail_untyped=True)
-    parser.add_subclass_arguments(RLModule, "module", default=lazy_instance(GRPOModule), required=False)
-    parser.add_class_arguments(RLDataModule, "data")
+    module_default = lazy_instance(SFTModule) if stage == "sft" else lazy_instance(GRPOModule)
+    parser.add_subclass_arguments(RLModule, "module", default=module_default, required=False)
+    parser.add_class_arguments(SFTDataModule if stage == "sft" else RLDataModule, "data")
     parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint folder or "last" to resume.')
     return parser
 
@@ -69,7 +74,7 @@ def run(argv: Sequence[str] | None = None) -> Any:
     init = parser.instantiate(config)[stage]
     trainer: RLTrainer = init.trainer
     trainer.run_config = _resolved_config(parser, config, stage)
-    if stage == "fit":
+    if stage in ("fit", "sft"):
         return trainer.fit(init.module, init.data, ckpt_path=stage_config.ckpt_path)
     return trainer.validate(init.module, init.data, ckpt_path=stage_config.ckpt_path)
 

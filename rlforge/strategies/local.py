@@ -49,7 +49,7 @@ class LocalStrategy(Strategy):
         module.policy.to(self.root_device)
         seed = trainer.seed
         self._policy_sampler = TorchGenerator(module.policy, module.tokenizer, seed=seed + 1)
-        if trainer.stage == "fit":
+        if trainer.stage == "fit" and not module.supervised:
             sampler_model = copy.deepcopy(module.policy).requires_grad_(False)
             self._generator = TorchGenerator(sampler_model, module.tokenizer, seed=seed, policy_version=0)
             if module.beta > 0 or module.needs_reference:

@@ -36,6 +36,11 @@ from rlforge.types import Group, TrainBatch
 _DEFAULT_STRATEGY = lazy_instance(LocalStrategy)
 
 
+def batch_tokens(batch: Any) -> float:
+    """Tokens an update learns from: response tokens (RL) or label tokens (SFT)."""
+    return float(batch.response_mask.sum()) if isinstance(batch, TrainBatch) else float(batch.num_label_tokens)
+
+
 class RLTrainer:
     """Runs RL post-training of an ``RLModule`` on prompts from an ``RLDataModule``.
 
@@ -207,19 +212,22 @@ class RLTrainer:
 
     def _train_step(self) -> None:
         module, start = self.module, time.perf_counter()
-        call_hook(self, "on_rollout_start")
-        groups, batch = self._rollout()
-        call_hook(self, "on_rollout_end", groups)
-        rollout_s = time.perf_counter() - start
-
-        self._update(batch)
-        self.progress.steps += 1
+        if module.supervised:  # SFT: a fixed batch instead of rollouts, no generator to sync
+            batch, rollout_s = module.collate(self.datamodule.next_batch()).to(self.strategy.root_device), 0.0
+            self._update(batch)
+            self.progress.steps += 1
+        else:
+            call_hook(self, "on_rollout_start")
+            groups, batch = self._rollout()
+            call_hook(self, "on_rollout_end", groups)
+            rollout_s = time.perf_counter() - start
+            self._update(batch)
+            self.progress.steps += 1
+            if self.weight_sync.should_sync(self):
+                call_hook(self, "on_weight_sync_start")
+                self.weight_sync.sync(self, module)
+                call_hook(self, "on_weight_sync_end")
         self._log_metric("perf/train_s", time.perf_counter() - start - rollout_s)
-
-        if self.weight_sync.should_sync(self):
-            call_hook(self, "on_weight_sync_start")
-            self.weight_sync.sync(self, module)
-            call_hook(self, "on_weight_sync_end")
 
         last = self.global_step >= self.max_steps
         if self.val_check_interval and (self.global_step % self.val_check_interval == 0 or last):
@@ -228,7 +236,7 @@ class RLTrainer:
         step_s = time.perf_counter() - start
         self._log_metric("perf/rollout_s", rollout_s)
         self._log_metric("perf/step_s", step_s)
-        self._log_metric("perf/tokens_per_s", float(batch.response_mask.sum()) / max(step_s, 1e-9))
+        self._log_metric("perf/tokens_per_s", batch_tokens(batch) / max(step_s, 1e-9))
         metrics = self._flush_metrics()
         call_hook(self, "on_train_step_end", metrics)
         for callback in self.callbacks:
@@ -282,20 +290,23 @@ class RLTrainer:
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.progress.samples += size
-        self.progress.tokens += int(batch.response_mask.sum())
+        self.progress.tokens += int(batch_tokens(batch))
 
-    def _optimizer_step(self, minibatch: TrainBatch) -> torch.Tensor:
-        """loss -> backward -> clip -> step (skipped, and counted, when anything is non-finite)."""
-        out = self.module.training_step(minibatch)
-        loss = out["loss"] if isinstance(out, dict) else out
-        call_hook(self, "on_before_backward", loss)
-        loss.backward()
-        call_hook(self, "on_after_backward")
+    def _optimizer_step(self, minibatch: Any) -> torch.Tensor:
+        """loss -> backward (per micro-batch) -> clip -> step (skipped, and counted, when anything is non-finite)."""
+        loss = torch.zeros(())
+        for part, weight in self.module.split_for_accumulation(minibatch):
+            out = self.module.training_step(part)
+            part_loss = (out["loss"] if isinstance(out, dict) else out) * weight
+            call_hook(self, "on_before_backward", part_loss)
+            part_loss.backward()
+            call_hook(self, "on_after_backward")
+            loss = loss + part_loss.detach().cpu()
         params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
         max_norm = self.grad_clip if self.grad_clip else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
         call_hook(self, "on_before_optimizer_step", self.optimizer)
-        loss_value, norm_value = float(loss.detach()), float(grad_norm)
+        loss_value, norm_value = float(loss), float(grad_norm)
         if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
             self.progress.optimizer_steps += 1
@@ -306,7 +317,7 @@ class RLTrainer:
         self._log_metric("train/loss", loss_value)
         self._log_metric("train/grad_norm", norm_value)
         self._log_metric("train/lr", self.optimizer.param_groups[0]["lr"])
-        return loss.detach()
+        return loss
 
     def _skip_step(self, loss_value: float, norm_value: float) -> None:
         self.progress.skipped_steps += 1
@@ -334,8 +345,11 @@ class RLTrainer:
                 [module.is_correct(row["prompt"], c.text, str(row["target"])) for c in group]
                 for row, group in zip(rows, completions, strict=True)
             ]
-            for name, value in validation_metrics(correct).items():
-                self._log_metric(name, value)
+            if any(str(row.get("target", "")) for row in rows):
+                for name, value in validation_metrics(correct).items():
+                    self._log_metric(name, value)
+            if module.supervised:
+                self._log_metric("val/loss", module.validation_loss(rows))
         call_hook(self, "on_validation_end")
 
     def _validate_and_log(self) -> None:

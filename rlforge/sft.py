@@ -1,0 +1,112 @@
+"""``SFTModule``: supervised fine-tuning (a warm start before RL) under the same trainer conventions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from rlforge.data.sft import IGNORE_INDEX, SFTBatch, collate_sft, tokenize_example
+from rlforge.errors import ConfigError
+from rlforge.generation import SamplingParams
+from rlforge.models import DEFAULT_POLICY, load_policy
+from rlforge.module import RLModule
+from rlforge.rewards import MathReward
+
+
+class SFTModule(RLModule):
+    """Next-token cross-entropy on completions, prompt tokens masked; the output checkpoint's ``policy/``
+    folder is directly the ``module.model`` of an ``rlforge fit`` run.
+
+    Args:
+        model: ``rlforge/default-policy``, a local HF folder or a hub id.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear LR warm-up length in optimizer steps.
+        max_length: Examples (and packed rows) are cut to this many tokens.
+        packing: Pack several examples per row (less padding; see ``collate_sft``).
+        micro_batch_size: Split each batch into micro-batches of this many rows and accumulate gradients
+            (``None``: one pass); the result equals the full-batch token-mean loss.
+        max_new_tokens: Greedy decoding length for ``val/accuracy`` (when rows carry a target).
+        dtype: Policy parameter dtype.
+    """
+
+    supervised = True
+
+    def __init__(
+        self,
+        model: str = DEFAULT_POLICY,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        max_length: int = 256,
+        packing: bool = False,
+        micro_batch_size: int | None = None,
+        max_new_tokens: int = 16,
+        dtype: str = "float32",
+    ) -> None:
+        super().__init__()
+        if max_length < 2:
+            raise ConfigError(f"module.max_length must be >= 2, got {max_length}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ConfigError(f"module.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
+        self.model_name, self.dtype = model, dtype
+        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.max_length, self.packing, self.micro_batch_size = max_length, packing, micro_batch_size
+        self.val_sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        self._accuracy = MathReward()
+
+    def configure_model(self) -> None:
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        warmup = max(self.warmup_steps, 0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def collate(self, rows: list[dict[str, str]]) -> SFTBatch:
+        """Tokenizes rows (prompt masked, EOS appended) into one padded or packed batch."""
+        examples = [
+            tokenize_example(
+                self.tokenizer, self.encode_prompt(r["prompt"]) if r["prompt"] else [], r["completion"], self.max_length
+            )
+            for r in rows
+        ]
+        return collate_sft(examples, self.tokenizer.pad_token_id, self.packing, self.max_length)
+
+    def split_for_accumulation(self, batch: SFTBatch) -> list[tuple[SFTBatch, float]]:
+        size = self.micro_batch_size or len(batch)
+        total = max(batch.num_label_tokens, 1)
+        parts = [batch.select(slice(i, i + size)) for i in range(0, len(batch), size)]
+        return [(part, part.num_label_tokens / total) for part in parts]
+
+    def _token_losses(self, batch: SFTBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.policy(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        logits, labels = out.logits[:, :-1].float(), batch.labels[:, 1:]
+        losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
+        return losses, labels != IGNORE_INDEX
+
+    def training_step(self, batch: SFTBatch) -> torch.Tensor:
+        losses, mask = self._token_losses(batch)
+        return losses.sum() / mask.sum().clamp(min=1)
+
+    @torch.no_grad()
+    def validation_loss(self, rows: list[dict[str, str]], batch_size: int = 64) -> float:
+        """Token-mean cross-entropy over held-out rows."""
+        total, count = 0.0, 0
+        for i in range(0, len(rows), batch_size):
+            batch = self.collate(rows[i : i + batch_size]).to(next(self.policy.parameters()).device)
+            losses, mask = self._token_losses(batch)
+            total, count = total + float(losses.sum()), count + int(mask.sum())
+        return total / max(count, 1)
+
+    def is_correct(self, prompt: str, response: str, target: str) -> bool:
+        return bool(target) and self._accuracy(prompt, response, target) >= 1.0
