@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 
 from rlforge.cli import run
@@ -80,3 +83,25 @@ def test_malformed_sft_row_is_one_line(tiny_policy_dir, tmp_path, capsys):
         assert exit_.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(data) in err and "row 1" in err and "'solution'" in err
+
+
+def test_gpu_sft_config_parses():
+    from rlforge.cli import build_parser
+
+    config_file = Path(__file__).resolve().parents[1] / "configs" / "sft_qwen3.yaml"
+    config = build_parser().parse_args(["sft", "--config", str(config_file)])
+    assert config.sft.module.init_args.model == "Qwen/Qwen3-1.7B" and config.sft.data.val_split == "test"
+
+
+def test_unreachable_hub_dataset_is_one_clear_error(monkeypatch):
+    import datasets
+
+    from rlforge.data.sft import SFTDataModule
+    from rlforge.errors import DataError
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match=r"openai/gsm8k: cannot be read as a hub dataset \(needs network"):
+        SFTDataModule(task=None, train_file="openai/gsm8k", dataset_config="main").setup()

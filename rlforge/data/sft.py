@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,8 +88,13 @@ class SFTDataModule:
 
     Args:
         task: Built-in task name; ignored when ``train_file`` is set.
-        train_file: Local ``.json``/``.jsonl``/``.parquet`` training file.
-        val_file: Local held-out file (``val/loss`` is computed on it).
+        train_file: Local ``.json``/``.jsonl``/``.parquet`` training file, or a hub dataset id (needs network
+            or the HF cache), e.g. ``openai/gsm8k``.
+        val_file: Local held-out file or hub id (``val/loss`` is computed on it); defaults to ``train_file``
+            when ``val_split`` is set.
+        dataset_config: Hub dataset configuration name (e.g. ``main`` for GSM8K).
+        train_split: Hub split used for training.
+        val_split: Hub split used for validation (e.g. ``test``).
         prompt_field: Column of the prompt (masked from the loss), or ``None`` for plain text.
         completion_field: Column of the supervised completion (or the text).
         target_field: Optional column of the final answer; enables ``val/accuracy`` by greedy decoding.
@@ -102,6 +108,9 @@ class SFTDataModule:
         task: str | None = "addition",
         train_file: str | None = None,
         val_file: str | None = None,
+        dataset_config: str | None = None,
+        train_split: str = "train",
+        val_split: str | None = None,
         prompt_field: str | None = "prompt",
         completion_field: str = "solution",
         target_field: str | None = "target",
@@ -114,6 +123,7 @@ class SFTDataModule:
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
         self.task, self.train_file, self.val_file = task, train_file, val_file
+        self.dataset_config, self.train_split, self.val_split = dataset_config, train_split, val_split
         self.prompt_field, self.completion_field, self.target_field = prompt_field, completion_field, target_field
         self.batch_size, self.val_size, self.seed = batch_size, val_size, seed
         self.train_rows: list[dict[str, str]] = []
@@ -125,8 +135,9 @@ class SFTDataModule:
         if self.train_rows:
             return
         if self.train_file is not None:
-            self.train_rows = self._read(self.train_file)
-            self.val_rows = self._read(self.val_file) if self.val_file else []
+            self.train_rows = self._read(self.train_file, self.train_split)
+            val_source = self.val_file or (self.train_file if self.val_split else None)
+            self.val_rows = self._read(val_source, self.val_split or "train") if val_source else []
         else:
             from rlforge.data.tasks import make_task
 
@@ -137,14 +148,18 @@ class SFTDataModule:
             self.val_rows = self.val_rows[: self.val_size]
         self._sampler = EpochSampler(len(self.train_rows), self.batch_size, self.seed)
 
-    def _read(self, path: str) -> list[dict[str, str]]:
+    def _read(self, path: str, split: str) -> list[dict[str, str]]:
         import datasets
 
-        builder = "parquet" if path.endswith(".parquet") else "json"
         try:
-            table = datasets.load_dataset(builder, data_files=path, split="train")
-        except Exception as err:  # datasets raises many types for missing or malformed files
-            raise DataError(f"{path}: cannot be read as {builder}: {type(err).__name__}: {err}") from err
+            if Path(path).exists():
+                builder = "parquet" if path.endswith(".parquet") else "json"
+                table = datasets.load_dataset(builder, data_files=path, split="train")
+            else:
+                table = datasets.load_dataset(path, self.dataset_config, split=split)
+        except Exception as err:  # datasets raises many types for missing, malformed or unreachable data
+            where = "file" if Path(path).exists() else "hub dataset (needs network or the HF cache)"
+            raise DataError(f"{path}: cannot be read as a {where}: {type(err).__name__}: {err}") from err
         return [self._row(record, path, i) for i, record in enumerate(table)]
 
     def _row(self, record: dict[str, Any], source: str, index: int) -> dict[str, str]:
