@@ -15,6 +15,7 @@ from jsonargparse import lazy_instance
 from torch import nn
 
 from rlforge.advantages import compute_advantages
+from rlforge.data.prompts import encode_chat_prompt
 from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
@@ -38,6 +39,9 @@ class RLModule(nn.Module):
     ``Callback``'s (without the trainer/module arguments) are called after the callbacks'.
     """
 
+    supervised = False
+    """True for modules trained on fixed targets (``SFTModule``): no rollouts, no weight sync."""
+
     def __init__(self) -> None:
         super().__init__()
         self.trainer: rlforge.RLTrainer | None = None
@@ -47,6 +51,7 @@ class RLModule(nn.Module):
         self.sampling = SamplingParams()
         self.val_sampling = SamplingParams(temperature=0.0)
         self.needs_reference = False
+        self.chat_template, self.system_prompt = False, None  # see encode_prompt
         # DAPO data-side switches the trainer reads (GRPOModule exposes them as arguments).
         self.dynamic_sampling = False
         self.max_sampling_tries = 1
@@ -68,7 +73,13 @@ class RLModule(nn.Module):
         return 0.0
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Prompt text -> token ids fed to the generator."""
+        """Prompt text -> token ids fed to the generator.
+
+        With ``self.chat_template`` true (``GRPOModule(chat_template=True)``) the prompt becomes the user
+        turn (after ``self.system_prompt``, if any) of the tokenizer's chat template, with the generation prompt.
+        """
+        if self.chat_template:
+            return encode_chat_prompt(self.tokenizer, prompt, self.system_prompt)
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def score(self, groups: list[Group]) -> dict[str, float]:
@@ -82,6 +93,10 @@ class RLModule(nn.Module):
     def training_step(self, batch: TrainBatch) -> torch.Tensor:
         """Returns the loss of one minibatch."""
         raise NotImplementedError(f"{type(self).__name__} must implement training_step()")
+
+    def split_for_accumulation(self, batch: Any) -> list[tuple[Any, float]]:
+        """Micro-batches of one optimizer step and the weight of each loss (default: the whole batch)."""
+        return [(batch, 1.0)]
 
     def is_correct(self, prompt: str, response: str, target: str) -> bool:
         """Correctness of one validation response (``val/accuracy``)."""
@@ -143,6 +158,9 @@ class GRPOModule(RLModule):
             (0 disables).
         overlong_penalty: Reward subtracted at ``max_new_tokens`` by the overlong punishment.
         filter_truncated: DAPO overlong filtering: truncated responses get no loss.
+        chat_template: Encode each prompt as a user turn of the tokenizer's chat template (instruct/chat
+            models, e.g. Qwen3); the tokenizer must have one.
+        system_prompt: System message put before the user turn (needs ``chat_template: true``).
     """
 
     def __init__(
@@ -167,6 +185,8 @@ class GRPOModule(RLModule):
         overlong_cache_len: int = 0,
         overlong_penalty: float = 1.0,
         filter_truncated: bool = False,
+        chat_template: bool = False,
+        system_prompt: str | None = None,
     ) -> None:
         super().__init__()
         if sampling.greedy:
@@ -210,6 +230,9 @@ class GRPOModule(RLModule):
         self.dynamic_sampling, self.max_sampling_tries = dynamic_sampling, max_sampling_tries
         self.overlong_cache_len, self.overlong_penalty = overlong_cache_len, overlong_penalty
         self.filter_truncated = filter_truncated
+        if system_prompt is not None and not chat_template:
+            raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
+        self.chat_template, self.system_prompt = chat_template, system_prompt
 
     def configure_model(self) -> None:
         if self.policy is None:

@@ -29,6 +29,8 @@ class SFTModule(RLModule):
         micro_batch_size: Split each batch into micro-batches of this many rows and accumulate gradients
             (``None``: one pass); the result equals the full-batch token-mean loss.
         max_new_tokens: Greedy decoding length for ``val/accuracy`` (when rows carry a target).
+        chat_template: Encode prompts as the user turn of the tokenizer's chat template.
+        system_prompt: System message before the user turn (needs ``chat_template: true``).
         dtype: Policy parameter dtype.
     """
 
@@ -44,6 +46,8 @@ class SFTModule(RLModule):
         packing: bool = False,
         micro_batch_size: int | None = None,
         max_new_tokens: int = 16,
+        chat_template: bool = False,
+        system_prompt: str | None = None,
         dtype: str = "float32",
     ) -> None:
         super().__init__()
@@ -51,7 +55,10 @@ class SFTModule(RLModule):
             raise ConfigError(f"module.max_length must be >= 2, got {max_length}")
         if micro_batch_size is not None and micro_batch_size < 1:
             raise ConfigError(f"module.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
+        if system_prompt is not None and not chat_template:
+            raise ConfigError("module.system_prompt needs module.chat_template: true")
         self.model_name, self.dtype = model, dtype
+        self.chat_template, self.system_prompt = chat_template, system_prompt
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.max_length, self.packing, self.micro_batch_size = max_length, packing, micro_batch_size
         self.val_sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)

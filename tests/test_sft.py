@@ -103,5 +103,7 @@ def test_unreachable_hub_dataset_is_one_clear_error(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DataError, match=r"openai/gsm8k: cannot be read as a hub dataset \(needs network"):
+    with pytest.raises(
+        DataError, match=r"openai/gsm8k config 'main' split 'train': cannot load hub dataset \(needs network"
+    ):
         SFTDataModule(task=None, train_file="openai/gsm8k", dataset_config="main").setup()

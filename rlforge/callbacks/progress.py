@@ -57,9 +57,9 @@ class ProgressBar(Callback):
             self.console.print(f"step {trainer.global_step}/{trainer.max_steps} {text}", highlight=False)
 
     def on_validation_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        accuracy = trainer._step_metrics.get("val/accuracy")
-        if accuracy:
-            self.console.print(f"step {trainer.global_step}: val/accuracy={accuracy[-1]:.3f}", highlight=False)
+        shown = [f"{k}={v[-1]:.3f}" for k, v in sorted(trainer._step_metrics.items()) if k.startswith("val/") and v]
+        if shown:
+            self.console.print(f"step {trainer.global_step}: {' '.join(shown)}", highlight=False)
 
     def on_train_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         self._stop()

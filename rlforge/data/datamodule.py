@@ -5,64 +5,47 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from rlforge.errors import ConfigError, DataError
-
-
-def load_rows(path: str, prompt_field: str, target_field: str) -> list[dict[str, str]]:
-    """Reads a local ``json``/``jsonl``/``parquet`` file with HF ``datasets`` and checks every row.
-
-    Raises:
-        DataError: naming the file, the row and the field that is missing or of the wrong type.
-    """
-    import datasets
-
-    file = Path(path)
-    if not file.exists():
-        raise DataError(f"data file not found: {path}")
-    suffix = file.suffix.lower()
-    builder = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}.get(suffix)
-    if builder is None:
-        raise DataError(f"{path}: unsupported data file type {suffix!r} (use .json, .jsonl or .parquet)")
-    try:
-        table = datasets.load_dataset(builder, data_files=str(file), split="train")
-    except Exception as err:  # datasets raises many types for malformed files
-        raise DataError(f"{path}: cannot be read as {builder}: {type(err).__name__}: {err}") from err
-    rows = []
-    for i, record in enumerate(table):
-        row = {}
-        for key, field in (("prompt", prompt_field), ("target", target_field)):
-            value = record.get(field)
-            if value is None:
-                raise DataError(f"{path}: row {i}: missing field {field!r} (set data.{key}_field to map another)")
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise DataError(
-                    f"{path}: row {i}: field {field!r} must be a string or number, got {type(value).__name__}"
-                )
-            row[key] = str(value)
-        rows.append(row)
-    if not rows:
-        raise DataError(f"{path}: no rows")
-    return rows
+from rlforge.data.prompts import DEFAULT_FIELDS, check_target_format, load_prompt_rows, split_rows
+from rlforge.data.sampler import EpochSampler
+from rlforge.errors import ConfigError
 
 
 class RLDataModule:
     """Supplies prompt batches for training and the held-out split for validation.
 
-    Either a built-in synthetic ``task`` or local files (``train_file``/``val_file``). The training
-    order is a seeded shuffle per epoch and its position is saved in checkpoints, so a resumed run
-    sees the same prompts as an uninterrupted one.
+    The prompts come from a dataset (``dataset``: a hub id such as ``openai/gsm8k`` or a local file;
+    ``train_file``/``val_file``: local files) or, when neither ``dataset`` nor ``train_file`` is set,
+    from a built-in synthetic ``task``. Held-out rows come from ``val_file``, else a seeded
+    ``val_fraction`` of the training rows, else the hub split ``val_split``. The training order is a
+    seeded shuffle per epoch and its position is saved in checkpoints, so a resumed run sees the same
+    prompts as an uninterrupted one.
 
     Args:
-        task: Built-in task name (``addition``, ``reverse``, ...); ignored when ``train_file`` is set.
-        train_file: Local ``.json``/``.jsonl``/``.parquet`` file of training prompts.
-        val_file: Local file of held-out prompts (required with ``train_file`` for validation).
-        prompt_field: Column holding the prompt text.
-        target_field: Column holding the reference answer.
+        task: Built-in task name (``addition``, ``reverse``, ``max``); ignored when ``dataset`` or
+            ``train_file`` is set (set it to ``null`` to make that explicit).
+        train_file: Local ``.json``/``.jsonl``/``.parquet`` file of training prompts (like ``dataset``).
+        val_file: File of held-out prompts, read like the training data.
+        prompt_field: Column holding the prompt text; ``null``: ``prompt`` (plain), ``question`` (gsm8k),
+            ``problem`` (math).
+        target_field: Column holding the answer or worked solution; ``null``: ``target`` (plain),
+            ``answer`` (gsm8k), ``solution`` (math).
         batch_size: Prompts per RL step (each sampled ``group_size`` times).
         val_size: Use only the first ``val_size`` held-out rows (``None``: all).
-        seed: Seed of the task generator and of the shuffling.
+        seed: Seed of the task generator, of the shuffling and of the ``val_fraction`` split.
+        dataset: Hub dataset id (``openai/gsm8k``, ``EleutherAI/hendrycks_math``; needs network or the
+            HF cache) or a local ``.json``/``.jsonl``/``.parquet`` file. Takes precedence over ``task``;
+            exclusive with ``train_file``.
+        dataset_config: Hub dataset configuration name (``main`` for ``openai/gsm8k``, ``algebra``, ...).
+        train_split: Hub split of the training prompts.
+        val_split: Hub split of the held-out prompts (``null``: none); not used for a local file, nor
+            when ``val_fraction`` or ``val_file`` is set.
+        target_format: How the target is taken from ``target_field``: ``plain`` (as is), ``gsm8k`` (the
+            number after the last ``####``, commas removed) or ``math`` (the last ``\\boxed{...}``).
+        val_fraction: Hold out this fraction of the training rows (seeded by ``seed``) for validation;
+            0 disables. Takes precedence over ``val_split``.
+        max_train_rows: Use at most this many training rows (``None``: all).
+        streaming: Stream the hub dataset instead of downloading it whole (with ``max_train_rows``/``val_size``
+            only those rows are read).
     """
 
     def __init__(
@@ -70,63 +53,99 @@ class RLDataModule:
         task: str | None = "addition",
         train_file: str | None = None,
         val_file: str | None = None,
-        prompt_field: str = "prompt",
-        target_field: str = "target",
+        prompt_field: str | None = None,
+        target_field: str | None = None,
         batch_size: int = 16,
         val_size: int | None = None,
         seed: int = 0,
+        dataset: str | None = None,
+        dataset_config: str | None = None,
+        train_split: str = "train",
+        val_split: str | None = "test",
+        target_format: str = "plain",
+        val_fraction: float = 0.0,
+        max_train_rows: int | None = None,
+        streaming: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
-        if task is None and train_file is None:
-            raise ConfigError("data: set either `task` (a built-in task) or `train_file`")
+        if dataset is not None and train_file is not None:
+            raise ConfigError("data: set only one of `dataset` and `train_file` (they are the same thing)")
+        if task is None and train_file is None and dataset is None:
+            raise ConfigError("data: set `dataset` (hub id or file), `train_file` or `task` (a built-in task)")
+        check_target_format(target_format)
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction must be in [0, 1), got {val_fraction}")
+        if val_fraction > 0 and val_file is not None:
+            raise ConfigError("data: set only one of `val_fraction` and `val_file`")
+        for name, value in (("max_train_rows", max_train_rows), ("val_size", val_size)):
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name} must be >= 1 or null, got {value}")
         self.task, self.train_file, self.val_file = task, train_file, val_file
-        self.prompt_field, self.target_field = prompt_field, target_field
+        self.dataset, self.dataset_config = dataset, dataset_config
+        self.train_split, self.val_split, self.streaming = train_split, val_split, streaming
+        default_prompt, default_target = DEFAULT_FIELDS[target_format]
+        self.prompt_field, self.target_field = prompt_field or default_prompt, target_field or default_target
+        self.target_format, self.val_fraction, self.max_train_rows = target_format, val_fraction, max_train_rows
         self.batch_size, self.val_size, self.seed = batch_size, val_size, seed
         self.train_rows: list[dict[str, str]] = []
         self.val_rows: list[dict[str, str]] = []
-        self._epoch, self._index = 0, 0
-        self._order: list[int] = []
+        self._sampler: EpochSampler | None = None
+        self._state: dict[str, Any] | None = None
+
+    def _load(self, path: str, split: str, limit: int | None) -> list[dict[str, str]]:
+        return load_prompt_rows(
+            path,
+            split=split,
+            name=self.dataset_config,
+            streaming=self.streaming,
+            question_field=self.prompt_field,
+            answer_field=self.target_field,
+            target_format=self.target_format,
+            limit=limit,
+        )
 
     def setup(self) -> None:
         """Loads or generates the rows (idempotent)."""
         if self.train_rows:
             return
-        if self.train_file is not None:
-            self.train_rows = load_rows(self.train_file, self.prompt_field, self.target_field)
-            self.val_rows = load_rows(self.val_file, self.prompt_field, self.target_field) if self.val_file else []
+        source = self.dataset if self.dataset is not None else self.train_file
+        if source is not None:
+            carve = self.val_fraction > 0
+            self.train_rows = self._load(source, self.train_split, None if carve else self.max_train_rows)
+            if carve:
+                self.train_rows, self.val_rows = split_rows(self.train_rows, self.val_fraction, self.seed)
+            elif self.val_file is not None:
+                self.val_rows = self._load(self.val_file, self.val_split or "train", self.val_size)
+            elif self.val_split is not None and not Path(source).is_file():
+                self.val_rows = self._load(source, self.val_split, self.val_size)
         else:
             from rlforge.data.tasks import make_task
 
             splits = make_task(self.task, seed=self.seed)
             self.train_rows, self.val_rows = splits.train, splits.val
+        if self.max_train_rows is not None:
+            self.train_rows = self.train_rows[: self.max_train_rows]
         if self.val_size is not None:
             self.val_rows = self.val_rows[: self.val_size]
-        self._order = self._shuffled(self._epoch)
-
-    def _shuffled(self, epoch: int) -> list[int]:
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return torch.randperm(len(self.train_rows), generator=gen).tolist()
+        self._sampler = EpochSampler(len(self.train_rows), self.batch_size, self.seed)
+        if self._state is not None:
+            self._sampler.load_state_dict(self._state)
 
     def next_batch(self) -> list[dict[str, str]]:
         """The next ``batch_size`` training rows (wraps into a new shuffled epoch as needed)."""
-        batch = []
-        while len(batch) < self.batch_size:
-            if self._index >= len(self._order):
-                self._epoch, self._index = self._epoch + 1, 0
-                self._order = self._shuffled(self._epoch)
-            batch.append(self.train_rows[self._order[self._index]])
-            self._index += 1
-        return batch
+        return [self.train_rows[i] for i in self._sampler.next_indices()]
 
     def val_dataset(self) -> list[dict[str, str]]:
         """Held-out rows (empty when none are configured)."""
         return self.val_rows
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self._epoch, "index": self._index}
+        return (
+            self._sampler.state_dict() if self._sampler is not None else dict(self._state or {"epoch": 0, "index": 0})
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._epoch, self._index = int(state["epoch"]), int(state["index"])
-        if self.train_rows:
-            self._order = self._shuffled(self._epoch)
+        self._state = {"epoch": int(state["epoch"]), "index": int(state["index"])}
+        if self._sampler is not None:
+            self._sampler.load_state_dict(self._state)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlforge.data.prompts import read_records
 from rlforge.data.sampler import EpochSampler
 from rlforge.errors import ConfigError, DataError
 
@@ -149,18 +149,8 @@ class SFTDataModule:
         self._sampler = EpochSampler(len(self.train_rows), self.batch_size, self.seed)
 
     def _read(self, path: str, split: str) -> list[dict[str, str]]:
-        import datasets
-
-        try:
-            if Path(path).exists():
-                builder = "parquet" if path.endswith(".parquet") else "json"
-                table = datasets.load_dataset(builder, data_files=path, split="train")
-            else:
-                table = datasets.load_dataset(path, self.dataset_config, split=split)
-        except Exception as err:  # datasets raises many types for missing, malformed or unreachable data
-            where = "file" if Path(path).exists() else "hub dataset (needs network or the HF cache)"
-            raise DataError(f"{path}: cannot be read as a {where}: {type(err).__name__}: {err}") from err
-        return [self._row(record, path, i) for i, record in enumerate(table)]
+        records = read_records(path, split=split, name=self.dataset_config)
+        return [self._row(record, path, i) for i, record in enumerate(records)]
 
     def _row(self, record: dict[str, Any], source: str, index: int) -> dict[str, str]:
         row = {"prompt": "", "completion": "", "target": ""}

@@ -180,7 +180,10 @@ class RLTrainer:
             if stage == "fit":
                 self._fit_loop()
             elif not self.datamodule.val_dataset():
-                raise ConfigError("validate: the data module has no held-out rows (set data.val_file or data.task)")
+                raise ConfigError(
+                    "validate: no held-out rows (set data.val_file, data.val_split of data.dataset, "
+                    "data.val_fraction or data.task)"
+                )
             else:
                 self._validate_and_log()
             status = "success"
