@@ -107,3 +107,25 @@ def test_unreachable_hub_dataset_is_one_clear_error(monkeypatch):
         DataError, match=r"openai/gsm8k config 'main' split 'train': cannot load hub dataset \(needs network"
     ):
         SFTDataModule(task=None, train_file="openai/gsm8k", dataset_config="main").setup()
+
+
+def test_plain_text_sft_trains_on_every_token(tiny_policy_dir, tmp_path):
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(f'{{"text": "The quick brown fox {i} jumps over the lazy dog."}}\n' for i in range(20)))
+    flags = _sft_flags(tiny_policy_dir, tmp_path, trainer__max_steps=2, trainer__val_check_interval=0)
+    run(
+        [
+            "sft",
+            *flags,
+            "--data.train_file",
+            str(data),
+            "--data.prompt_field",
+            "null",
+            "--data.completion_field",
+            "text",
+            "--data.batch_size",
+            "4",
+        ]
+    )
+    rows = metric_rows(tmp_path)
+    assert len(rows) == 2 and float(rows[0]["train/loss"]) > 0
