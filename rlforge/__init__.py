@@ -12,7 +12,7 @@ from rlforge.data import RLDataModule  # noqa: E402
 from rlforge.data.sft import SFTDataModule  # noqa: E402
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
 from rlforge.loggers import CSVLogger, Logger  # noqa: E402
-from rlforge.module import GRPOModule, RLModule  # noqa: E402
+from rlforge.module import GRPOModule, PolicyModule, RLModule  # noqa: E402
 from rlforge.sft import SFTModule  # noqa: E402
 from rlforge.strategies import LocalStrategy, Strategy  # noqa: E402
 from rlforge.trainer import RLTrainer  # noqa: E402
@@ -30,6 +30,7 @@ __all__ = [
     "LocalStrategy",
     "Logger",
     "ModelCheckpoint",
+    "PolicyModule",
     "ProgressBar",
     "RLDataModule",
     "RLModule",

@@ -132,7 +132,42 @@ class RLModule(nn.Module):
     def on_exception(self, exception: BaseException) -> None: ...
 
 
-class GRPOModule(RLModule):
+class PolicyModule(RLModule):
+    """An ``RLModule`` whose policy is an HF causal LM loaded by name, trained with AdamW and linear warm-up.
+
+    The shared base of ``GRPOModule`` and ``SFTModule``; subclass it to keep that plumbing and write only
+    the algorithm.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_POLICY,
+        dtype: str = "float32",
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        chat_template: bool = False,
+        system_prompt: str | None = None,
+    ) -> None:
+        super().__init__()
+        if system_prompt is not None and not chat_template:
+            raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
+        self.model_name, self.dtype = model, dtype
+        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.chat_template, self.system_prompt = chat_template, system_prompt
+
+    def configure_model(self) -> None:
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        warmup = max(self.warmup_steps, 0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+class GRPOModule(PolicyModule):
     """Group-relative policy optimisation with any ``PolicyLoss``.
 
     Args:
@@ -188,7 +223,7 @@ class GRPOModule(RLModule):
         chat_template: bool = False,
         system_prompt: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt)
         if sampling.greedy:
             raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
         if sampling.n not in (1, group_size):
@@ -199,7 +234,6 @@ class GRPOModule(RLModule):
             raise ConfigError(f"module.group_size must be >= 1, got {group_size}")
         # Fails early (ConfigError) on an unknown method or G == 1 with a group-normalised advantage.
         compute_advantages(torch.zeros(1, group_size), method=advantage)
-        self.model_name = model
         # A fresh loss per module: the shared default must never carry state (beta, metrics) between modules.
         self.loss = GRPOLoss() if loss is _DEFAULT_LOSS else loss
         self.group_size = group_size
@@ -217,9 +251,7 @@ class GRPOModule(RLModule):
         )
         self._accuracy = MathReward()
         self.advantage = advantage
-        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.entropy_coef = entropy_coef
-        self.dtype = dtype
         if max_sampling_tries < 1:
             raise ConfigError(f"module.max_sampling_tries must be >= 1, got {max_sampling_tries}")
         if not 0 <= overlong_cache_len < self.sampling.max_new_tokens:
@@ -230,19 +262,6 @@ class GRPOModule(RLModule):
         self.dynamic_sampling, self.max_sampling_tries = dynamic_sampling, max_sampling_tries
         self.overlong_cache_len, self.overlong_penalty = overlong_cache_len, overlong_penalty
         self.filter_truncated = filter_truncated
-        if system_prompt is not None and not chat_template:
-            raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
-        self.chat_template, self.system_prompt = chat_template, system_prompt
-
-    def configure_model(self) -> None:
-        if self.policy is None:
-            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        warmup = max(self.warmup_steps, 0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     @property
     def beta(self) -> float:

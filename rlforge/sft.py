@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
 from rlforge.data.sft import IGNORE_INDEX, SFTBatch, collate_sft, tokenize_example
 from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
-from rlforge.models import DEFAULT_POLICY, load_policy
-from rlforge.module import RLModule
+from rlforge.models import DEFAULT_POLICY
+from rlforge.module import PolicyModule
 from rlforge.rewards import MathReward
 
 
-class SFTModule(RLModule):
+class SFTModule(PolicyModule):
     """Next-token cross-entropy on completions, prompt tokens masked; the output checkpoint's ``policy/``
     folder is directly the ``module.model`` of an ``rlforge fit`` run.
 
@@ -50,29 +48,14 @@ class SFTModule(RLModule):
         system_prompt: str | None = None,
         dtype: str = "float32",
     ) -> None:
-        super().__init__()
+        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt)
         if max_length < 2:
             raise ConfigError(f"module.max_length must be >= 2, got {max_length}")
         if micro_batch_size is not None and micro_batch_size < 1:
             raise ConfigError(f"module.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
-        if system_prompt is not None and not chat_template:
-            raise ConfigError("module.system_prompt needs module.chat_template: true")
-        self.model_name, self.dtype = model, dtype
-        self.chat_template, self.system_prompt = chat_template, system_prompt
-        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.max_length, self.packing, self.micro_batch_size = max_length, packing, micro_batch_size
         self.val_sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         self._accuracy = MathReward()
-
-    def configure_model(self) -> None:
-        if self.policy is None:
-            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        warmup = max(self.warmup_steps, 0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     def collate(self, rows: list[dict[str, str]]) -> SFTBatch:
         """Tokenizes rows (prompt masked, EOS appended) into one padded or packed batch."""
