@@ -109,6 +109,26 @@ def extract_target(answer: str, target_format: str) -> str | None:
 _MISSING_ANSWER = {"gsm8k": "has no answer after '####'", "math": "has no non-empty \\boxed{...}"}
 
 
+def field_value(record: dict[str, Any], field: str, key: str, source: str, index: int) -> str:
+    """``record[field]`` as text, or a one-line ``DataError`` naming the source, row and field.
+
+    Args:
+        record: One raw row.
+        field: Its column to read.
+        key: The data-module argument that maps the column (``prompt`` -> ``data.prompt_field``).
+        source: File path or dataset id, for the message.
+        index: Row number, for the message.
+    """
+    value = record.get(field)
+    if value is None:
+        raise DataError(f"{source}: row {index}: missing field {field!r} (set data.{key}_field to map another)")
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise DataError(
+            f"{source}: row {index}: field {field!r} must be a string or number, got {type(value).__name__}"
+        )
+    return str(value)
+
+
 def load_prompt_rows(
     path: str,
     split: str = "train",
@@ -141,16 +161,10 @@ def load_prompt_rows(
     for i, record in enumerate(read_records(path, split, name, streaming)):
         if limit is not None and i >= limit:
             break
-        row = {}
-        for key, field in (("prompt", question_field), ("target", answer_field)):
-            value = record.get(field)
-            if value is None:
-                raise DataError(f"{path}: row {i}: missing field {field!r} (set data.{key}_field to map another)")
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise DataError(
-                    f"{path}: row {i}: field {field!r} must be a string or number, got {type(value).__name__}"
-                )
-            row[key] = str(value)
+        row = {
+            key: field_value(record, field, key, path, i)
+            for key, field in (("prompt", question_field), ("target", answer_field))
+        }
         target = extract_target(row["target"], target_format)
         if target is None:
             raise DataError(

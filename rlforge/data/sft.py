@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from rlforge.data.prompts import read_records
+from rlforge.data.prompts import field_value, read_records
 from rlforge.data.sampler import EpochSampler
 from rlforge.errors import ConfigError, DataError
 
@@ -161,12 +161,7 @@ class SFTDataModule:
         ):
             if field is None or (key == "target" and record.get(field) is None):
                 continue  # the target is optional: it only enables val/accuracy
-            value = record.get(field)
-            if value is None:
-                raise DataError(f"{source}: row {index}: missing field {field!r} (set data.{key}_field)")
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise DataError(f"{source}: row {index}: field {field!r} must be a string, got {type(value).__name__}")
-            row[key] = str(value)
+            row[key] = field_value(record, field, key, source, index)
         return row
 
     def next_batch(self) -> list[dict[str, str]]:
