@@ -15,6 +15,22 @@ from typing import Any
 import numpy as np
 import torch
 
+POLICY_DIR = "policy"
+"""Sub-folder of a checkpoint holding the policy as a Hugging Face folder."""
+STATE_FILE = "trainer_state.pt"
+"""File of a checkpoint holding everything but the policy weights."""
+
+
+def is_complete_checkpoint(path: str | Path) -> bool:
+    """True when ``path`` holds a whole checkpoint: trainer state, policy config and weights.
+
+    Checkpoints are renamed into place only once written, so this fails only for folders made by hand
+    or by a writer that was not atomic; ``ckpt_path="last"`` never resumes from such a folder.
+    """
+    path = Path(path)
+    policy = path / POLICY_DIR
+    return (path / STATE_FILE).is_file() and (policy / "config.json").is_file() and any(policy.glob("*.safetensors"))
+
 
 @contextlib.contextmanager
 def atomic_directory(final: str | Path) -> Iterator[Path]:

@@ -320,3 +320,13 @@ class GRPOModule(PolicyModule):
 
     def is_correct(self, prompt: str, response: str, target: str) -> bool:
         return self._accuracy(prompt, response, target) >= 1.0
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Callbacks (KLMonitor, EntropyCollapseGuard) adapt these during a run: resume must continue from them.
+        checkpoint["module_coefficients"] = {"beta": self.beta, "entropy_coef": self.entropy_coef}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        coefficients = checkpoint.get("module_coefficients", {})
+        self.entropy_coef = float(coefficients.get("entropy_coef", self.entropy_coef))
+        if hasattr(self.loss, "beta") and "beta" in coefficients:
+            self.loss.beta = float(coefficients["beta"])

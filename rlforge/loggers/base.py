@@ -1,7 +1,8 @@
-"""The logger contract: ``log_metrics``, ``log_hyperparams``, ``finalize``."""
+"""The logger contract: ``log_metrics``, ``log_hyperparams``, ``finalize`` (plus optional tables and checkpoints)."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,16 @@ class Logger(ABC):
 
     @abstractmethod
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Records the metrics of one step."""
+        """Records the metrics of one step (called again with the same ``step`` to add metrics to it)."""
 
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         """Records the resolved configuration."""
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """Records a table (e.g. ``SampleLogger``'s samples); loggers without tables ignore it."""
+
+    def after_save_checkpoint(self, path: Path, step: int) -> None:
+        """Called after ``ModelCheckpoint`` wrote ``path`` (e.g. to upload it as an artifact)."""
 
     def finalize(self, status: str) -> None:
         """Flushes and closes; ``status`` is ``success``, ``failed`` or ``interrupted``."""
@@ -30,3 +37,11 @@ class Logger(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores logged history on resume."""
+
+
+def version_dir(root: Path, version: int | str | None) -> Path:
+    """``root/version_<n>`` (the next free ``n`` when ``version`` is ``None``) or ``root/<version>`` for a string."""
+    if version is None:
+        taken = [int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))]
+        version = max(taken, default=-1) + 1
+    return root / (version if isinstance(version, str) else f"version_{version}")

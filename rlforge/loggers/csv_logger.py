@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlforge.checkpoint_io import atomic_write_text
-from rlforge.loggers.base import Logger
+from rlforge.loggers.base import Logger, version_dir
 
 
 class CSVLogger(Logger):
@@ -36,12 +35,7 @@ class CSVLogger(Logger):
         """Fixes the run folder (called by the trainer before anything is logged)."""
         if self._log_dir is not None:
             return
-        root = Path(self.save_dir or default_root_dir) / self.name
-        version = self._version
-        if version is None:
-            taken = [int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))]
-            version = max(taken, default=-1) + 1
-        self._log_dir = root / (version if isinstance(version, str) else f"version_{version}")
+        self._log_dir = version_dir(Path(self.save_dir or default_root_dir) / self.name, self._version)
         self._log_dir.mkdir(parents=True, exist_ok=True)
 
     @property

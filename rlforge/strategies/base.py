@@ -74,5 +74,13 @@ class Strategy(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict``."""
 
+    def step_state_dict(self) -> dict[str, Any]:
+        """The entries of ``state_dict`` that change during a step before weights do (e.g. sampler RNG).
+
+        Captured at every step boundary so a failed step can be checkpointed as the previous one;
+        override with a cheap subset when ``state_dict`` copies weights.
+        """
+        return self.state_dict()
+
     def teardown(self) -> None:
         """Releases workers and memory."""

@@ -96,6 +96,10 @@ class LocalStrategy(Strategy):
             state["reference_weights"] = _cpu_copy(self._reference.state_dict())
         return state
 
+    def step_state_dict(self) -> dict[str, Any]:
+        # Generator and reference weights only change at weight sync, after the update: RNG is enough.
+        return {"generator": self._generator.state_dict()} if self._generator is not None else {}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state or self._generator is None:
             return

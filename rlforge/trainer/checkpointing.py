@@ -7,15 +7,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlforge.checkpoint_io import atomic_directory, capture_rng_state, restore_rng_state
+from rlforge.checkpoint_io import (
+    POLICY_DIR,
+    STATE_FILE,
+    atomic_directory,
+    capture_rng_state,
+    is_complete_checkpoint,
+    restore_rng_state,
+)
 from rlforge.errors import CheckpointError
 from rlforge.trainer.call import call_hook
 
 if TYPE_CHECKING:
     import rlforge
 
-POLICY_DIR = "policy"
-STATE_FILE = "trainer_state.pt"
+__all__ = ["POLICY_DIR", "STATE_FILE", "build_state", "restore", "save"]
+
 FORMAT_VERSION = 1
 
 
@@ -59,7 +66,7 @@ def resolve(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
             raise CheckpointError(f"ckpt_path='last': no checkpoint found in {callback.resolve_dirpath(trainer)}")
         return last
     path = Path(ckpt_path)
-    if not (path / STATE_FILE).is_file() or not (path / POLICY_DIR).is_dir():
+    if not is_complete_checkpoint(path):
         raise CheckpointError(
             f"ckpt_path {ckpt_path!r} is not an rlforge checkpoint (needs {POLICY_DIR}/ and {STATE_FILE})"
         )

@@ -41,6 +41,14 @@ def batch_tokens(batch: Any) -> float:
     return float(batch.response_mask.sum()) if isinstance(batch, TrainBatch) else float(batch.num_label_tokens)
 
 
+def _nonfinite_grad_name(model: torch.nn.Module) -> str:
+    """``gradient of <first parameter whose gradient has NaN/inf>`` (the gradient norm was not finite)."""
+    for name, param in model.named_parameters():
+        if param.grad is not None and not torch.isfinite(param.grad).all():
+            return f"gradient of {name}"
+    return "gradient norm"
+
+
 class RLTrainer:
     """Runs RL post-training of an ``RLModule`` on prompts from an ``RLDataModule``.
 
@@ -267,7 +275,7 @@ class RLTrainer:
         batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.strategy.root_device)
         if module.filter_truncated:
             batch.response_mask = mask_truncated(episodes, batch.response_mask)
-        if module.beta > 0:
+        if module.beta > 0 or module.needs_reference:  # needs_reference: KL measured (KLMonitor) or beta adapted
             batch.ref_logprobs = self.strategy.reference_logprobs(module, batch)
             for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):
                 ep.ref_logprobs = row[: len(ep.completion.token_ids)]
@@ -327,7 +335,7 @@ class RLTrainer:
         self._consecutive_skips += 1
         self._log_metric("train/skipped_steps", 1.0)
         if self._consecutive_skips >= self.max_consecutive_skips:
-            culprit = "loss" if not math.isfinite(loss_value) else "gradient norm"
+            culprit = "loss" if not math.isfinite(loss_value) else _nonfinite_grad_name(self.module.policy)
             raise NonFiniteError(
                 f"step {self.global_step + 1}: non-finite {culprit} (loss={loss_value}, grad_norm={norm_value}) "
                 f"in {self._consecutive_skips} consecutive updates; lower the lr or check the loss"
