@@ -9,6 +9,8 @@ Every run is described by three blocks, each settable from YAML (``--config``), 
 
 ``rlforge sft`` has the same blocks with ``SFTModule``/``SFTDataModule`` defaults.
 ``rlforge fit`` with no arguments runs the embedded offline default (``configs/default.yaml``).
+``rlforge plot RUN_DIR`` draws a run's curves; ``rlforge export CKPT OUT_DIR`` writes a checkpoint's
+policy as a Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -47,6 +49,35 @@ def _stage_parser(stage: str) -> ArgumentParser:
     return parser
 
 
+def _plot(args: Namespace) -> Any:
+    from rlforge.plot import plot_run
+
+    out = plot_run(args.run_dir, args.output)
+    print(f"rlforge: wrote {out}")
+    return out
+
+
+def _export(args: Namespace) -> Any:
+    from rlforge.export import export_policy
+
+    out = export_policy(args.ckpt, args.out_dir)
+    print(f"rlforge: wrote {out} (loads with AutoModelForCausalLM.from_pretrained)")
+    return out
+
+
+def _tool_parsers() -> dict[str, tuple[str, ArgumentParser, Any]]:
+    plot = ArgumentParser(description="Write a PNG of reward/KL/entropy/response length from metrics.csv.")
+    plot.add_argument("run_dir", type=str, help="Run folder (or a folder above it).")
+    plot.add_argument("--output", type=str | None, default=None, help="PNG path (default RUN_DIR/curves.png).")
+    export = ArgumentParser(description="Write a checkpoint's policy as a Hugging Face model folder.")
+    export.add_argument("ckpt", type=str, help="Checkpoint folder, checkpoints folder (its last) or run root.")
+    export.add_argument("out_dir", type=str, help="Destination folder.")
+    return {
+        "plot": ("Plot a run's curves (PNG) from metrics.csv.", plot, _plot),
+        "export": ("Export a checkpoint's policy as a Hugging Face folder.", export, _export),
+    }
+
+
 def build_parser() -> ArgumentParser:
     """The ``rlforge`` parser with its subcommands."""
     parser = ArgumentParser(
@@ -55,6 +86,8 @@ def build_parser() -> ArgumentParser:
     subcommands = parser.add_subcommands(dest="subcommand")
     for stage, help_text in SUBCOMMANDS.items():
         subcommands.add_subcommand(stage, _stage_parser(stage), help=help_text)
+    for name, (help_text, tool_parser, _) in _tool_parsers().items():
+        subcommands.add_subcommand(name, tool_parser, help=help_text)
     return parser
 
 
@@ -71,6 +104,8 @@ def run(argv: Sequence[str] | None = None) -> Any:
     config = parser.parse_args(list(argv) if argv is not None else None)
     stage = config.subcommand
     stage_config = config[stage]
+    if stage not in SUBCOMMANDS:
+        return _tool_parsers()[stage][2](stage_config)
     init = parser.instantiate(config)[stage]
     trainer: RLTrainer = init.trainer
     trainer.run_config = _resolved_config(parser, config, stage)

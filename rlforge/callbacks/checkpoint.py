@@ -22,6 +22,23 @@ _STEP_DIR = re.compile(r"step-(\d+)")
 log = logging.getLogger("rlforge")
 
 
+def find_last_checkpoint(dirpath: str | Path) -> Path | None:
+    """The checkpoint ``dirpath/last.json`` names; if it is missing or incomplete, the newest complete ``step-N``."""
+    dirpath = Path(dirpath)
+    try:
+        path = dirpath / json.loads((dirpath / LAST_POINTER).read_text())["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        path = None
+    if path is not None and is_complete_checkpoint(path):
+        return path
+    complete = [
+        (int(m.group(1)), p)
+        for p in (dirpath.iterdir() if dirpath.is_dir() else [])
+        if (m := _STEP_DIR.fullmatch(p.name)) and is_complete_checkpoint(p)
+    ]
+    return max(complete)[1] if complete else None
+
+
 class ModelCheckpoint(Callback):
     """Saves ``step-NNNNNN/`` folders (HF policy folder + full trainer state) and a ``last.json`` pointer.
 
@@ -69,19 +86,7 @@ class ModelCheckpoint(Callback):
 
     def last_checkpoint_path(self, trainer: rlforge.RLTrainer) -> Path | None:
         """The checkpoint ``last.json`` points to; if that one is missing or incomplete, the newest complete one."""
-        dirpath = self.resolve_dirpath(trainer)
-        try:
-            path = dirpath / json.loads((dirpath / LAST_POINTER).read_text())["name"]
-        except (OSError, ValueError, KeyError, TypeError):
-            path = None
-        if path is not None and is_complete_checkpoint(path):
-            return path
-        complete = [
-            (int(m.group(1)), p)
-            for p in (dirpath.iterdir() if dirpath.is_dir() else [])
-            if (m := _STEP_DIR.fullmatch(p.name)) and is_complete_checkpoint(p)
-        ]
-        return max(complete)[1] if complete else None
+        return find_last_checkpoint(self.resolve_dirpath(trainer))
 
     def should_save(self, trainer: rlforge.RLTrainer) -> bool:
         """Asked by the trainer after every step's hooks: periodic saves, and the final one with ``save_last``."""

@@ -60,6 +60,10 @@ class EntropyCollapseGuard(Callback):
         self.steps_below = 0
         self.actions_taken = 0
 
+    @property
+    def state_key(self) -> str:
+        return f"EntropyCollapseGuard{{action={self.action}, min_entropy={self.min_entropy}}}"
+
     def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, stage: str) -> None:
         if stage != "fit":
             return
