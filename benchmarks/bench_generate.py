@@ -23,7 +23,6 @@ import transformers
 from rlforge.generation import SamplingParams, TorchGenerator
 from rlforge.models.tiny import build_tiny_model, train_tokenizer
 
-
 SIDES = ("rlforge", "rlforge_hf_forward", "hf_generate")
 
 
@@ -46,7 +45,9 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"prompt_len={args.prompt_len} new_tokens={args.new_tokens}, medians of {args.repeats} runs after a warm-up")
-    print(f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'rlforge (HF fwd)':>17} {'HF generate':>12} {'ratio':>6}")
+    print(
+        f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'rlforge (HF fwd)':>17} {'HF generate':>12} {'ratio':>6}"
+    )
     for threads, batch in itertools.product(args.threads, args.batch_sizes):
         torch.set_num_threads(threads)
         prompts = torch.randint(3, len(tokenizer), (batch, args.prompt_len))
@@ -71,7 +72,9 @@ def main() -> None:
                         )
                 times[side].append(time.perf_counter() - start)
         ours, ours_hf, theirs = (batch * args.new_tokens / statistics.median(times[s][1:]) for s in SIDES)
-        print(f"{threads:>7} {batch:>6} {ours:>14.0f} {ours_hf:>17.0f} {theirs:>12.0f} {ours / theirs:>6.2f}", flush=True)
+        print(
+            f"{threads:>7} {batch:>6} {ours:>14.0f} {ours_hf:>17.0f} {theirs:>12.0f} {ours / theirs:>6.2f}", flush=True
+        )
 
 
 if __name__ == "__main__":

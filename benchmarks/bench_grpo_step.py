@@ -195,7 +195,9 @@ def main() -> None:
                 ours, theirs = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed)
                 print(f"{policy:>8} {threads:>7} {ours:>15.3f} {theirs:>11.3f} {theirs / ours:>6.2f}", flush=True)
     if args.rss_steps:
-        print(f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB")
+        print(
+            f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

@@ -146,7 +146,9 @@ class TorchGenerator:
             logits = step(tok, positions + t, t)
         # A row's length: its tokens up to and including its stop token (all sampled ones if none).
         first_stop = torch.where(
-            stopped, (torch.isin(tokens, stop_ids).long().argmax(-1) + 1), torch.full_like(stopped, n_steps, dtype=torch.long)
+            stopped,
+            (torch.isin(tokens, stop_ids).long().argmax(-1) + 1),
+            torch.full_like(stopped, n_steps, dtype=torch.long),
         )
         return tokens, logprobs, first_stop, stopped
 

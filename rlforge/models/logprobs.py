@@ -38,9 +38,7 @@ def response_logits(
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     keep = input_ids.shape[1] - prompt_len + 1
     extra = {"logits_to_keep": keep} if _accepts(model, "logits_to_keep") else {}
-    out = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra
-    )
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra)
     return out.logits[:, -keep:-1, :].float()
 
 
