@@ -1,22 +1,29 @@
 """TorchGenerator vs HF ``model.generate``: tokens/s on the same tiny model, prompts and sampling params.
 
-Both sides run in this process, interleaved A/B/A/B, and the script prints medians and the ratio::
+All sides run in this process, interleaved A/B/A/B, and the script prints medians and the ratio::
 
-    python benchmarks/bench_generate.py --batch-sizes 8 64 --prompt-len 64 --new-tokens 128 --repeats 3
+    python benchmarks/bench_generate.py --batch-sizes 8 64 --prompt-len 64 --new-tokens 128 --repeats 3 --threads 1 2
 
-Generation runs to ``max_new_tokens`` on both sides (EOS is disabled) so both produce the same token count.
+Generation runs to ``max_new_tokens`` on every side (EOS is disabled) so all produce the same token count.
+Sampling is plain temperature 1 (no top-k/top-p) everywhere. ``rlforge (HF fwd)`` is TorchGenerator with
+``static_cache=False``: the same loop over the model's HF forward and a ``DynamicCache``, which shows how
+much of the gain is the ``KVDecoder``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 
 import torch
+import transformers
 
 from rlforge.generation import SamplingParams, TorchGenerator
 from rlforge.models.tiny import build_tiny_model, train_tokenizer
+
+SIDES = ("rlforge", "rlforge_hf_forward", "hf_generate")
 
 
 def main() -> None:
@@ -25,28 +32,32 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
 
     tokenizer = train_tokenizer(["Q: What is 3 + 5?\nA: #### 8", "0123456789 abcdefghijklmnopqrstuvwxyz"] * 8, 320)
     model = build_tiny_model(tokenizer, seed=0, max_position_embeddings=args.prompt_len + args.new_tokens + 8).eval()
     model.generation_config.eos_token_id = None  # both sides generate exactly new_tokens tokens
-    generator = TorchGenerator(model, tokenizer, seed=0)
-    generator.eos_token_ids = [-1]
+    generators = {side: TorchGenerator(model, tokenizer, seed=0, static_cache=side == "rlforge") for side in SIDES[:2]}
+    for generator in generators.values():
+        generator.eos_token_ids = [-1]
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
 
-    print(f"threads={args.threads} prompt_len={args.prompt_len} new_tokens={args.new_tokens}")
-    print(f"{'batch':>6} {'rlforge tok/s':>14} {'HF tok/s':>10} {'ratio':>6}")
-    for batch in args.batch_sizes:
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"prompt_len={args.prompt_len} new_tokens={args.new_tokens}, medians of {args.repeats} runs after a warm-up")
+    print(
+        f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'rlforge (HF fwd)':>17} {'HF generate':>12} {'ratio':>6}"
+    )
+    for threads, batch in itertools.product(args.threads, args.batch_sizes):
+        torch.set_num_threads(threads)
         prompts = torch.randint(3, len(tokenizer), (batch, args.prompt_len))
-        times: dict[str, list[float]] = {"rlforge": [], "hf": []}
-        for _ in range(args.repeats + 1):  # the first round warms up both sides
-            for side in ("rlforge", "hf"):
+        times: dict[str, list[float]] = {side: [] for side in SIDES}
+        for _ in range(args.repeats + 1):  # the first round warms up every side
+            for side in SIDES:
                 start = time.perf_counter()
                 with torch.no_grad():
-                    if side == "rlforge":
-                        generator.generate(prompts.tolist(), params)
+                    if side in generators:
+                        generators[side].generate(prompts.tolist(), params)
                     else:
                         model.generate(
                             prompts,
@@ -60,9 +71,10 @@ def main() -> None:
                             pad_token_id=tokenizer.pad_token_id,
                         )
                 times[side].append(time.perf_counter() - start)
-        tokens = batch * args.new_tokens
-        ours, theirs = (tokens / statistics.median(times[s][1:]) for s in ("rlforge", "hf"))
-        print(f"{batch:>6} {ours:>14.0f} {theirs:>10.0f} {ours / theirs:>6.2f}")
+        ours, ours_hf, theirs = (batch * args.new_tokens / statistics.median(times[s][1:]) for s in SIDES)
+        print(
+            f"{threads:>7} {batch:>6} {ours:>14.0f} {ours_hf:>17.0f} {theirs:>12.0f} {ours / theirs:>6.2f}", flush=True
+        )
 
 
 if __name__ == "__main__":

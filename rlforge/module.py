@@ -301,6 +301,7 @@ class GRPOModule(PolicyModule):
             batch.prompt_len,
             temperature=self.sampling.temperature,
             with_entropy=True,
+            entropy_grad=bool(self.entropy_coef),  # logged only: keep it out of the backward pass
         )
         loss = self.loss(
             logprobs=logprobs,

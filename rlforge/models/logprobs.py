@@ -1,22 +1,104 @@
-"""Per-token log-probabilities and entropies of responses under a causal LM."""
+"""Per-token log-probabilities and entropies of responses under a causal LM.
+
+GRPO batches hold each prompt ``G`` times. ``compute_logprobs`` runs each distinct prompt through the model
+once and lets its ``G`` responses attend to that one KV cache (gradients from every response flow back
+into the shared prompt pass), which is the same function as the full forward at a fraction of the prompt
+cost. The LM head only runs on the positions that predict response tokens.
+"""
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import nn
 
 
+def _params(model: nn.Module) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _accepts(model: nn.Module, name: str) -> bool:
+    return name in _params(model)
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    # transformers 5.x renamed `past_key_values` to `cache`; accept both.
+    return "cache" if _accepts(model, "cache") else "past_key_values"
+
+
 def response_logits(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int
 ) -> torch.Tensor:
-    """Logits that predict each response token, ``[B, T, V]`` in fp32.
+    """Logits that predict each response token, ``[B, T, V]`` in fp32 (one full forward).
 
     The batch is laid out ``[left-padded prompt | right-padded response]``; positions follow the
     attention mask so left padding does not shift RoPE positions (the sampler does the same).
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    return out.logits[:, prompt_len - 1 : -1, :].float()
+    keep = input_ids.shape[1] - prompt_len + 1
+    extra = {"logits_to_keep": keep} if _accepts(model, "logits_to_keep") else {}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra)
+    return out.logits[:, -keep:-1, :].float()
+
+
+def shared_prompt_rows(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first row of each distinct prompt [P], prompt index of each row [B])``, or ``None`` if all differ."""
+    key = torch.cat([input_ids[:, :prompt_len], attention_mask[:, :prompt_len]], dim=1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    n_prompts = int(inverse.max()) + 1
+    if n_prompts == input_ids.shape[0]:
+        return None
+    first = torch.full((n_prompts,), input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    first.scatter_reduce_(0, inverse, torch.arange(input_ids.shape[0], device=input_ids.device), reduce="amin")
+    return first, inverse
+
+
+def shared_prompt_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: int,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+) -> torch.Tensor:
+    """``response_logits`` with each distinct prompt encoded once (rows of prompt ``i`` share its cache).
+
+    Args:
+        model: The causal LM (an HF model that takes a ``DynamicCache``).
+        input_ids: ``[B, P + T]``, ``[left-padded prompt | right-padded response]``.
+        attention_mask: ``[B, P + T]``.
+        prompt_len: ``P``.
+        first: A row index of each distinct prompt, ``[N]``.
+        inverse: The distinct-prompt index of each row, ``[B]``.
+    """
+    from transformers import DynamicCache
+
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    prompt_mask = attention_mask[first, :prompt_len]
+    cache, cache_kw = DynamicCache(), _cache_kwarg(model)
+    out = model(
+        input_ids=input_ids[first, :prompt_len],
+        attention_mask=prompt_mask,
+        position_ids=positions[first, :prompt_len],
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kw: cache},
+    )
+    first_logits = out.logits[:, -1:, :].index_select(0, inverse)  # predicts each row's first response token
+    if input_ids.shape[1] - prompt_len == 1:
+        return first_logits.float()
+    cache.batch_select_indices(inverse)  # indexing, so gradients of all G rows reach the shared prompt pass
+    out = model(
+        input_ids=input_ids[:, prompt_len:-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=positions[:, prompt_len:-1],
+        use_cache=True,
+        **{cache_kw: cache},
+    )
+    return torch.cat([first_logits, out.logits], dim=1).float()
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -42,10 +124,31 @@ def compute_logprobs(
     prompt_len: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    share_prompts: bool = True,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Response-token logprobs ``[B, T]`` (and entropies) from one forward pass."""
-    logits = response_logits(model, input_ids, attention_mask, prompt_len)
+    """Response-token logprobs ``[B, T]`` (and entropies) from one pass over the batch.
+
+    Args:
+        model: The causal LM.
+        input_ids: ``[B, P + T]``, ``[left-padded prompt | right-padded response]``.
+        attention_mask: ``[B, P + T]``.
+        prompt_len: ``P``.
+        temperature: Logits are divided by it (0 and 1 leave them as they are).
+        with_entropy: Also return per-token entropies.
+        share_prompts: Encode each distinct prompt once (needs a model that takes a ``DynamicCache``).
+        entropy_grad: Keep the entropy in the autograd graph (only needed when it is part of the loss).
+    """
+    share_prompts = share_prompts and _accepts(model, "logits_to_keep") and _cache_kwarg(model) in _params(model)
+    shared = shared_prompt_rows(input_ids, attention_mask, prompt_len) if share_prompts else None
+    if shared is None:
+        logits = response_logits(model, input_ids, attention_mask, prompt_len)
+    else:
+        logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_len, *shared)
     targets = input_ids[:, prompt_len:]
     logprobs = token_logprobs(logits, targets, temperature)
-    entropy = token_entropy(logits, temperature) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature)
     return logprobs, entropy

@@ -1,0 +1,210 @@
+"""One GRPO step end to end: rlforge vs TRL ``GRPOTrainer`` on the same model, prompts and hyper-parameters.
+
+A step is rollout (G samples per prompt) + reward + loss + backward + optimizer step (+ weight sync for
+rlforge, whose sampler holds its own copy of the weights). Both trainers live in this process and take
+turns step by step (A/B/A/B): TRL's ``train()`` drives, and a ``TrainerCallback`` runs one rlforge step
+after each TRL step, so both sides see the same machine load. Medians exclude the warm-up steps::
+
+    python benchmarks/bench_grpo_step.py --threads 1 2 --steps 8 --warmup 2
+
+Identical on both sides: the bundled default policy (0.86M Qwen3, fp32), the built-in ``addition`` prompts,
+8 prompts x 8 samples, 32 new tokens at temperature 1 (no top-k/top-p), ``MathReward``, the ``grpo`` loss
+(per-sequence token mean, clip 0.2), beta 0 (no reference model), AdamW lr 1e-4 constant, weight decay 0,
+grad clip 1.0, one optimizer step per generation batch. TRL is configured for CPU as fairly as we know:
+``use_cpu=True``, ``bf16=False`` (its bf16 default is several times slower on CPU), no gradient
+checkpointing, ``steps_per_generation=1``, no logging inside the timed region.
+
+The script also runs ``rlforge fit`` (the embedded default config, fewer steps) in a child process and
+prints its peak RSS (``--rss-steps 0`` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+from rlforge import GRPOModule, RLTrainer
+from rlforge.data import RLDataModule
+from rlforge.data.tasks import make_task
+from rlforge.generation import SamplingParams
+from rlforge.losses import GRPOLoss
+from rlforge.models import DEFAULT_POLICY, load_policy
+from rlforge.rewards import MathReward
+
+PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-4
+
+
+def build_rlforge(policy: str, seed: int) -> RLTrainer:
+    """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation)."""
+    module = GRPOModule(
+        model=policy,
+        loss=GRPOLoss(beta=0.0, clip_low=0.2, clip_high=0.2),
+        group_size=GROUP,
+        sampling=SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0),
+        lr=LR,
+        reward_fns=[MathReward()],
+    )
+    trainer = RLTrainer(
+        max_steps=10**9,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        val_check_interval=None,
+        val_at_start=False,
+        grad_clip=1.0,
+        seed=seed,
+    )
+    trainer.prepare(module, RLDataModule(task="addition", batch_size=PROMPTS, seed=seed))
+    return trainer
+
+
+def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
+    """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = make_task("addition", seed=seed).train
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "target": str(r["target"])} for r in rows])
+    reward = MathReward()
+
+    def math_reward(prompts, completions, target, **kwargs):
+        return [reward(p, c, t) for p, c, t in zip(prompts, completions, target, strict=True)]
+
+    class Interleave(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            on_step_end(time.perf_counter() - self.start)
+
+    config = GRPOConfig(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        loss_type="grpo",
+        beta=0.0,
+        epsilon=0.2,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        optim="adamw_torch",
+        max_grad_norm=1.0,
+        per_device_train_batch_size=PROMPTS * GROUP,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=GROUP,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_steps=steps,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=seed,
+    )
+    model, tokenizer = load_policy(policy)
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=math_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[Interleave()],
+    )
+
+
+def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int) -> tuple[float, float]:
+    """Median seconds per step (after ``warmup``) of rlforge and TRL, stepped alternately."""
+    torch.set_num_threads(threads)
+    ours = build_rlforge(policy, seed)
+    times: dict[str, list[float]] = {"rlforge": [], "trl": []}
+
+    def after_trl_step(trl_s: float) -> None:
+        times["trl"].append(trl_s)
+        start = time.perf_counter()
+        ours._train_step()  # noqa: SLF001 - one full RL step, exactly what fit() runs per iteration
+        times["rlforge"].append(time.perf_counter() - start)
+
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_trl(policy, warmup + steps, seed, out, after_trl_step).train()
+    return tuple(statistics.median(times[side][warmup:]) for side in ("rlforge", "trl"))
+
+
+def random_policy(folder: str, seed: int) -> str:
+    """Saves a randomly initialised copy of the default policy's architecture (rarely samples EOS, so
+    responses run to ``max_new_tokens``, like long reasoning rollouts) and returns its folder."""
+    from rlforge.models.tiny import build_tiny_model
+
+    _, tokenizer = load_policy(DEFAULT_POLICY)
+    build_tiny_model(tokenizer, seed=seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def fit_peak_rss_mb(steps: int) -> float:
+    """Peak RSS (MiB) of ``rlforge fit`` with the embedded default config and ``steps`` steps, in a child.
+
+    The default config validates before the first step and at step 50 (200 greedy prompts), so the peak
+    includes validation.
+    """
+    with tempfile.TemporaryDirectory() as cwd:
+        cmd = [sys.executable, "-m", "rlforge.cli", "fit", f"--trainer.max_steps={steps}"]
+        # One intra-op thread: RSS does not depend on it, and 2 OpenMP threads on a busy 2-core box crawl.
+        path = os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+        subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux reports KiB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=["random", "default"],
+        help="`default`: the bundled trained policy (answers in ~6 tokens); `random`: a random init of it",
+    )
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per side and thread count")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side first")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rss-steps", type=int, default=50, help="steps of the `rlforge fit` RSS run (0 skips)")
+    args = parser.parse_args()
+
+    import transformers
+    import trl
+
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
+    print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0; medians of {args.steps} steps")
+    print(f"{'policy':>8} {'threads':>7} {'rlforge s/step':>15} {'TRL s/step':>11} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as folder:
+        paths = {"default": DEFAULT_POLICY, "random": random_policy(folder, args.seed)}
+        for policy in args.policies:
+            for threads in args.threads:
+                ours, theirs = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed)
+                print(f"{policy:>8} {threads:>7} {ours:>15.3f} {theirs:>11.3f} {theirs / ours:>6.2f}", flush=True)
+    if args.rss_steps:
+        print(
+            f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""compute_logprobs: the shared-prompt pass equals one plain full forward, in value and in gradient."""
+
+from __future__ import annotations
+
+import torch
+
+from rlforge.data import collate_episodes
+from rlforge.models import compute_logprobs
+from rlforge.models.logprobs import shared_prompt_rows
+from rlforge.types import Completion, Episode
+
+
+def _batch(tokenizer, group_size=3):
+    """Groups of mixed prompt lengths (left padding) and mixed response lengths (right padding, one empty)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in ["Q: What is 3 + 5?\nA:", "Hi", "12+7="]]
+    episodes = []
+    for prompt in prompts:
+        for j in range(group_size):
+            n = 0 if (prompt == prompts[1] and j == 0) else int(torch.randint(1, 9, (1,), generator=g))
+            tokens = torch.randint(3, len(tokenizer), (n,), generator=g).tolist()
+            completion = Completion(text="", token_ids=tokens, logprobs=[0.0] * n, prompt_ids=prompt)
+            episodes.append(Episode(prompt="", target="", completion=completion, advantage=float(j - 1)))
+    return collate_episodes(episodes, tokenizer.pad_token_id)
+
+
+def _logprobs_and_grads(model, batch, share, temperature):
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy = compute_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature, True, share_prompts=share
+    )
+    mask = batch.response_mask
+    ((logprobs * batch.advantages[:, None] * mask).sum() + (entropy * mask).sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logprobs.detach(), entropy.detach(), grads
+
+
+def test_shared_prompt_pass_matches_full_forward(tiny_policy):
+    model, tokenizer = tiny_policy
+    batch = _batch(tokenizer)
+    first, inverse = shared_prompt_rows(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    groups = inverse.view(3, 3)
+    assert (groups == groups[:, :1]).all() and len(set(groups[:, 0].tolist())) == 3
+    assert (inverse[first] == torch.arange(3)).all()
+    mask = batch.response_mask.bool()
+    for temperature in (1.0, 0.7):
+        ref_lp, ref_ent, ref_grads = _logprobs_and_grads(model, batch, False, temperature)
+        lp, ent, grads = _logprobs_and_grads(model, batch, True, temperature)
+        assert (lp - ref_lp).abs()[mask].max() < 1e-5
+        assert (ent - ref_ent).abs()[mask].max() < 1e-5
+        assert grads.keys() == ref_grads.keys() and len(grads) > 10
+        for name, grad in grads.items():  # fp32 summation order differs: compare relative to each tensor's scale
+            ref = ref_grads[name]
+            assert (grad - ref).abs().max() <= 1e-5 * ref.abs().max(), name
+
+
+def test_distinct_prompts_take_the_plain_forward(tiny_policy):
+    _, tokenizer = tiny_policy
+    batch = _batch(tokenizer, group_size=1)
+    assert shared_prompt_rows(batch.input_ids, batch.attention_mask, batch.prompt_len) is None
+
+
+def test_shuffled_rows_still_share(tiny_policy):
+    """Minibatches are random subsets: rows of one prompt need not be adjacent."""
+    model, tokenizer = tiny_policy
+    batch = _batch(tokenizer).select(torch.tensor([4, 0, 8, 1, 5, 2]))
+    mask = batch.response_mask.bool()
+    ref, _, _ = _logprobs_and_grads(model, batch, False, 1.0)
+    ours, _, _ = _logprobs_and_grads(model, batch, True, 1.0)
+    assert (ours - ref).abs()[mask].max() < 1e-5
