@@ -72,6 +72,12 @@ class VLLMGenerator:
 
         kwargs = dict(engine_kwargs or {})
         if sleep_between_rollouts:
+            from vllm.platforms import current_platform
+
+            if not current_platform.is_sleep_mode_available():
+                raise ConfigError(
+                    "generator sleep_between_rollouts: vLLM has no sleep mode on this platform (CUDA only); set it false"
+                )
             kwargs.setdefault("enable_sleep_mode", True)
         self.llm = LLM(
             model=model,

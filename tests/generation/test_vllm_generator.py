@@ -125,3 +125,11 @@ def test_seeded_sampling_is_reproducible(engine):
     engine.load_state_dict(state)
     second = engine.generate(PROMPTS, params)
     assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in second]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error; sleep mode itself needs CUDA")
+def test_sleep_mode_without_cuda_is_a_clear_config_error(tiny_policy_dir):
+    from rlforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="sleep_between_rollouts"):
+        VLLMGenerator(tiny_policy_dir, dtype="float32", max_model_len=256, sleep_between_rollouts=True)
