@@ -76,7 +76,8 @@ class VLLMGenerator:
 
             if not current_platform.is_sleep_mode_available():
                 raise ConfigError(
-                    "generator sleep_between_rollouts: vLLM has no sleep mode on this platform (CUDA only); set it false"
+                    "generator sleep_between_rollouts: vLLM has no sleep mode on this platform (CUDA only); "
+                    "set it false"
                 )
             kwargs.setdefault("enable_sleep_mode", True)
         self.llm = LLM(
