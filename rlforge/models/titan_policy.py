@@ -43,6 +43,7 @@ class TitanPolicy(nn.Module):
         with torch.device("meta"):
             self.model = spec.model.build()
         self.adapter = spec.state_dict_adapter(spec.model, None)
+        self._hf_keys = frozenset(self._to_hf(self.model.state_dict()))  # on meta tensors: names only
         # e.g. "ScaledDotProductAttention", "FlexAttention" (the config class is nested in its module class)
         self.attention = type(spec.model.layers[0].attention.inner_attention).__qualname__.split(".")[0]
         self.parallel_dims: Any = None
@@ -83,10 +84,6 @@ class TitanPolicy(nn.Module):
             generation_config = None
         spec = titan_spec(hf_config, flavor, resolve_attention(attention, device))
         policy = cls(spec, hf_config, generation_config)
-        if parallelize is None:
-            parallelize = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
-        if parallelize:
-            policy.parallelize(tensor_parallel_degree, device, dtype)
         policy.model.to_empty(device=device)
         policy.model.to(_DTYPES[dtype])
         with torch.no_grad():
@@ -94,13 +91,31 @@ class TitanPolicy(nn.Module):
             policy.model.init_states(buffer_device=device)
         hf_model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=_DTYPES[dtype])
         policy.load_state_dict(hf_model.state_dict())
+        del hf_model
+        if parallelize is None:
+            parallelize = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+        if parallelize:
+            # fully_shard shards the loaded parameters in place (each rank loaded the full checkpoint).
+            policy.parallelize(tensor_parallel_degree, device, dtype)
         return policy
 
-    def parallelize(self, tensor_parallel_degree: int = 1, device: torch.device | None = None, dtype: str = "float32"):
+    def parallelize(
+        self,
+        tensor_parallel_degree: int = 1,
+        device: torch.device | None = None,
+        dtype: str = "float32",
+        spmd_backend: str = "partial_dtensor",
+    ) -> TitanPolicy:
         """Applies torchtitan's parallelize function (FSDP2 over all ranks / TP) to the unmaterialised model.
 
         Needs an initialised process group. On CPU (gloo) torchtitan 0.3 would still build a CUDA mesh, since
         it picks the mesh device type at import, so the mesh device type is set to ``cpu`` first.
+
+        Args:
+            tensor_parallel_degree: TP degree (the rest of the world is the FSDP degree).
+            device: Device the parameters will live on.
+            dtype: FSDP mixed-precision parameter dtype.
+            spmd_backend: torchtitan ``parallelism.spmd_backend``.
         """
         import torchtitan.distributed.parallel_dims as titan_parallel_dims
         from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
@@ -110,7 +125,10 @@ class TitanPolicy(nn.Module):
             raise ConfigError("titan parallelize needs torch.distributed initialised (launch with torchrun)")
         if device is not None and device.type == "cpu":
             titan_parallel_dims.device_type = "cpu"
-        parallelism = ParallelismConfig(tensor_parallel_degree=tensor_parallel_degree)
+        # torchtitan's default spmd_backend ("spmd_types") fails under torch 2.13 with 2+ ranks in fully_shard
+        # ("When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh"); the
+        # "partial_dtensor" backend (DTensor for model-parallel axes only) is plain FSDP2 and works.
+        parallelism = ParallelismConfig(tensor_parallel_degree=tensor_parallel_degree, spmd_backend=spmd_backend)
         self.parallel_dims = ParallelDims.from_config(parallelism, torch.distributed.get_world_size())
         training = TrainingConfig(mixed_precision_param=dtype, mixed_precision_reduce="float32")
         self.model = self.spec.parallelize_fn(
@@ -122,6 +140,17 @@ class TitanPolicy(nn.Module):
             ac_config=None,
             dump_folder=".",
         )
+        # torchtitan turns FSDP's gradient division off (its trainer normalises by the global token count);
+        # rlforge losses are per-rank means, so divide the summed gradients by the data-parallel degree again.
+        # Gloo has neither AVG nor PREMUL_SUM reductions: force SUM and divide afterwards there.
+        from torch.distributed.fsdp import FSDPModule
+
+        dp_degree = torch.distributed.get_world_size() // tensor_parallel_degree
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(float(dp_degree))
+                if device is not None and device.type == "cpu":
+                    module.set_force_sum_reduction_for_comms(True)
         return self
 
     # ------------------------------------------------------------------------------------ forward
@@ -161,19 +190,20 @@ class TitanPolicy(nn.Module):
         return CausalLMOutput(logits=logits)
 
     # ------------------------------------------------------------------------------- HF-named weights
-    def _titan_state_dict(self) -> dict[str, torch.Tensor]:
-        if self.parallel_dims is None:
-            return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
-        """The weights in HF names (what generators, checkpoints and the reference model exchange)."""
-        hf = self.adapter.to_hf(self._titan_state_dict())
+    def _to_hf(self, titan: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        hf = self.adapter.to_hf(titan)
         if self.config.tie_word_embeddings and _LM_HEAD not in hf:
             hf[_LM_HEAD] = hf[_EMBED]  # HF tied models list both names
-        hf = {k: v if keep_vars else v.detach() for k, v in hf.items()}
+        return hf
+
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """The full weights in HF names (what generators, checkpoints and the reference model exchange)."""
+        from torch.distributed.tensor import DTensor
+
+        # Sharded (FSDP2/TP) parameters are DTensors: gather each one. The fused-QKV save hook already splits
+        # wqkv into HF's q/k/v layout, so the adapter only renames.
+        titan = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in self.model.state_dict().items()}
+        hf = {k: v if keep_vars else v.detach() for k, v in self._to_hf(titan).items()}
         if destination is None:
             return hf
         destination.update({prefix + k: v for k, v in hf.items()})
@@ -181,7 +211,7 @@ class TitanPolicy(nn.Module):
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor], strict: bool = True, assign: bool = False) -> Any:
         """Loads HF-named weights; returns the missing/unexpected keys in HF names."""
-        expected = set(self.state_dict())
+        expected = set(self._hf_keys)
         given = dict(state_dict)
         if self.config.tie_word_embeddings:
             expected.discard(_LM_HEAD)
@@ -191,12 +221,28 @@ class TitanPolicy(nn.Module):
             raise RuntimeError(f"TitanPolicy.load_state_dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
         titan = self.adapter.from_hf({k: v for k, v in given.items() if k in expected})
         if self.parallel_dims is None:
-            self.model.load_state_dict(titan, strict=False)
+            self.model.load_state_dict(titan, strict=strict)
         else:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-            set_model_state_dict(self.model, titan, options=StateDictOptions(full_state_dict=True, strict=False))
+            self._load_sharded(titan)
         return IncompatibleKeys(missing, unexpected)
+
+    @torch.no_grad()
+    def _load_sharded(self, titan: dict[str, torch.Tensor]) -> None:
+        """Copies full titan-named tensors into the sharded parameters (each rank holds the full tensors)."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+        from torchtitan.models.common import FusedQKVLinear
+
+        for name, module in self.model.named_modules():
+            if isinstance(module, FusedQKVLinear):
+                # The fused module's own load hook: merges HF-layout wq/wk/wv into its wqkv (plain tensors here).
+                FusedQKVLinear._merge_qkv_on_load(module, titan, f"{name}.")
+        for name, param in self.model.named_parameters():
+            full = titan[name].to(param.dtype)
+            if isinstance(param, DTensor):
+                shard = distribute_tensor(full.to(param.device), param.device_mesh, param.placements)
+                param.to_local().copy_(shard.to_local())
+            else:
+                param.copy_(full)
 
     def save_pretrained(self, path: str | Path, safe_serialization: bool = True, **kwargs: Any) -> None:
         """Writes an HF folder (``config.json`` + ``model.safetensors``) that ``from_pretrained`` loads."""

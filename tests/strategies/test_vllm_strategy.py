@@ -39,8 +39,13 @@ def test_fit_with_vllm_rollouts_stays_on_policy(tiny_policy_dir, tmp_path):
     strategy = LocalStrategy(device="cpu", generator="vllm", generator_options=VLLM_OPTIONS)
     module = GRPOModule(model=tiny_policy_dir, group_size=4, reward_fns=[varied_reward], lr=1e-2)
     trainer = RLTrainer(
-        max_steps=3, default_root_dir=str(tmp_path), enable_progress_bar=False, val_check_interval=3, seed=0,
-        strategy=strategy, callbacks=[record := RecordSamplers()],
+        max_steps=3,
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
+        val_check_interval=3,
+        seed=0,
+        strategy=strategy,
+        callbacks=[record := RecordSamplers()],
     )
     trainer.fit(module, RLDataModule(batch_size=2))
     assert record.samplers == {"vllm"}
