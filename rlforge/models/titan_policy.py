@@ -67,7 +67,7 @@ class TitanPolicy(nn.Module):
             dtype: Parameter dtype (``float32``, ``bfloat16``, ``float16``).
             device: Where the parameters live.
             flavor: torchtitan registry flavor (``1.7B``, ...) or ``None`` to size it from ``config.json``.
-            attention: ``auto`` (``sdpa`` on CPU, ``flex`` on GPU), ``sdpa``, ``flex`` or ``varlen``.
+            attention: ``auto`` (= ``sdpa``), ``sdpa``, ``flex`` or ``varlen`` (GPU only).
             parallelize: Apply torchtitan's parallelize function (FSDP2, plus TP when
                 ``tensor_parallel_degree > 1``); default: when ``torch.distributed`` runs with world size > 1.
             tensor_parallel_degree: TP degree used by the parallelize function.

@@ -13,18 +13,20 @@ from rlforge.errors import ConfigError
 from rlforge.imports import require
 
 ATTENTIONS = ("auto", "sdpa", "flex", "varlen")
-"""Inner attention: ``sdpa`` (causal SDPA; trains on CPU), ``flex``/``varlen`` (torchtitan's GPU kernels)."""
+"""Inner attention: ``sdpa`` (causal SDPA, flash kernels on GPU; trains on CPU), ``flex``/``varlen`` (torchtitan's
+document-masked GPU kernels). ``auto`` is ``sdpa``."""
 
 _INIT = {"weight": partial(nn.init.normal_, std=0.02)}  # overwritten by the checkpoint; needed to build
 
 
 def resolve_attention(attention: str, device: torch.device) -> str:
-    """``auto`` is ``sdpa`` on CPU (FlexAttention has no CPU backward, varlen no CPU kernel), else ``flex``."""
+    """``auto`` -> ``sdpa``: rlforge feeds one right-aligned sequence per row, for which causal SDPA is exact and
+    needs no block mask. On CPU only ``sdpa`` trains (FlexAttention has no CPU backward, varlen no CPU kernel)."""
     if attention not in ATTENTIONS:
-        raise ConfigError(f"module.titan_attention must be one of {ATTENTIONS}, got {attention!r}")
-    if attention == "auto":
-        return "sdpa" if device.type == "cpu" else "flex"
-    return attention
+        raise ConfigError(f"module.backend_options.attention must be one of {ATTENTIONS}, got {attention!r}")
+    if attention != "sdpa" and attention != "auto" and device.type == "cpu":
+        raise ConfigError(f"module.backend_options.attention {attention!r} cannot train on CPU; use sdpa (or auto)")
+    return "sdpa" if attention == "auto" else attention
 
 
 def _inner_attention(attention: str) -> Any:
