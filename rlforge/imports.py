@@ -33,4 +33,5 @@ def require(extra: str, feature: str) -> None:
     """
     available, pip_command, hint = _EXTRAS[extra]
     if not available:
-        raise MissingDependencyError(f"{feature} needs the `{extra}` extra: `{pip_command}` ({hint}); {available}")
+        status = str(available).split(". HINT")[0]  # our pip command replaces RequirementCache's generic hint
+        raise MissingDependencyError(f"{feature} needs the `{extra}` extra: `{pip_command}` ({hint}); {status}")
