@@ -17,7 +17,7 @@ pytest.importorskip(
     "then run `bash scripts/test_titan_cpu.sh`",
 )
 
-from rlforge import GRPOModule, RLDataModule, RLTrainer  # noqa: E402
+from rlforge import GRPOModule, ModelCheckpoint, RLDataModule, RLTrainer  # noqa: E402
 from rlforge.generation import TorchGenerator  # noqa: E402
 from rlforge.models import compute_logprobs, load_policy  # noqa: E402
 from rlforge.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
@@ -80,7 +80,12 @@ def test_titan_policy_trains_with_rlforge_optimizer_and_sync(tiny_policy_dir, tm
         model=tiny_policy_dir, backend="titan", group_size=4, reward_fns=[char_reward], lr=1e-3, warmup_steps=1
     )
     trainer = RLTrainer(
-        max_steps=4, default_root_dir=str(tmp_path), enable_progress_bar=False, val_check_interval=4, seed=0
+        max_steps=4,
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
+        val_check_interval=4,
+        seed=0,
+        callbacks=[ModelCheckpoint(every_n_steps=4)],
     )
     trainer.fit(module, RLDataModule(batch_size=4))
     assert isinstance(module.policy, TitanPolicy)
@@ -93,6 +98,11 @@ def test_titan_policy_trains_with_rlforge_optimizer_and_sync(tiny_policy_dir, tm
     start = load_policy(tiny_policy_dir)[0].state_dict()
     moved = max((module.policy.state_dict()[k] - v).abs().max().item() for k, v in start.items())
     assert moved > 1e-4
+    # The checkpoint is a plain HF folder holding exactly the trained titan weights.
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step-000004" / "policy").state_dict()
+    assert all(torch.equal(saved[k], v) for k, v in module.policy.state_dict().items())
 
 
 def test_titan_supervised_loss_goes_down(tiny_policy_dir):
