@@ -110,10 +110,12 @@ class VLLMGenerator:
             tokenizer: Its tokenizer (saved next to the weights for vLLM).
             **kwargs: ``VLLMGenerator`` arguments.
         """
-        folder = tempfile.mkdtemp(prefix="rlforge-vllm-model-")
-        policy.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
-        return cls(folder, tokenizer=tokenizer, **kwargs)
+        folder = tempfile.TemporaryDirectory(prefix="rlforge-vllm-model-")
+        policy.save_pretrained(folder.name, safe_serialization=True)
+        tokenizer.save_pretrained(folder.name)
+        generator = cls(folder.name, tokenizer=tokenizer, **kwargs)
+        generator._model_tmp = folder  # removed with the generator
+        return generator
 
     # ------------------------------------------------------------------------------------- weights
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
