@@ -99,6 +99,12 @@ class VLLMGenerator:
         self.weights_dir = Path(weights_dir or self._tmp.name)
         self._model_path = model
         self._rng = random.Random(seed)
+        # vLLM's CPU backend prepacks lm_head's GEMM weight at load; with tied embeddings reload_weights skips
+        # lm_head (it is the embedding), so its packed copy would keep the old weights.
+        from vllm.platforms import current_platform
+
+        tied = bool(getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False))
+        self._repack_tied_lm_head = tied and current_platform.is_cpu()
         self._asleep = False
 
     @classmethod
@@ -121,7 +127,7 @@ class VLLMGenerator:
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Reloads the engine's weights from ``state_dict`` (HF names) and records ``version``."""
         self._wake()
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+        tensors = _unshared({k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()})
         if self.weight_transfer == "direct":
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(tensors.items())})
         else:
@@ -129,6 +135,8 @@ class VLLMGenerator:
             save_file(tensors, str(self.weights_dir / "model.safetensors"))
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self.weights_dir)})
             self._model_path = str(self.weights_dir)
+        if self._repack_tied_lm_head:
+            self.llm.apply_model(_repack_lm_head)
         # Cached prefix KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
         self.policy_version = version
@@ -208,3 +216,19 @@ class VLLMGenerator:
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Keeps one name per storage: tied weights (``lm_head`` = embeddings) are stored once, as HF saves them."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+    return out
+
+
+def _repack_lm_head(model: torch.nn.Module) -> None:
+    """Runs inside the vLLM worker: re-derives lm_head's CPU GEMM weight from the (tied, reloaded) embedding."""
+    model.lm_head.quant_method.process_weights_after_loading(model.lm_head)

@@ -133,3 +133,26 @@ def test_sleep_mode_without_cuda_is_a_clear_config_error(tiny_policy_dir):
 
     with pytest.raises(ConfigError, match="sleep_between_rollouts"):
         VLLMGenerator(tiny_policy_dir, dtype="float32", max_model_len=256, sleep_between_rollouts=True)
+
+
+def test_tied_embeddings_follow_weight_updates(tmp_path):
+    """Qwen3-1.7B ties lm_head to the embedding; vLLM's CPU lm_head must be re-derived after a reload."""
+    from rlforge.models.tiny import build_tiny_model, train_tokenizer
+    from tests.conftest import CORPUS
+
+    tokenizer = train_tokenizer(CORPUS * 4, vocab_size=320)
+    build_tiny_model(tokenizer, seed=3, tie_word_embeddings=True).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    gen = VLLMGenerator(str(tmp_path), dtype="float32", max_model_len=256, enforce_eager=True)
+    new_model, _ = load_policy(str(tmp_path))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    for transfer in ("disk", "direct"):
+        gen.weight_transfer = transfer
+        gen.update_weights(new_model.state_dict(), version=1)
+        groups = gen.generate(PROMPTS, SamplingParams(max_new_tokens=8, temperature=1.0, n=2))
+        diff = _max_diff_vs_trainer(new_model, groups, 1.0)
+        print(f"\ntied model, max |vLLM - trainer| after update ({transfer}): {diff:.2e}")
+        assert diff < TOL
