@@ -143,6 +143,12 @@ def one_line_error(message: str) -> str:
     return f"{'.'.join(keys)}: {cause}" if keys else cause
 
 
+def _rlforge_cause(err: BaseException) -> RLForgeError | None:
+    while err is not None and not isinstance(err, RLForgeError):
+        err = err.__cause__
+    return err
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: errors become one line on stderr and exit code 2."""
     _quiet_third_party_progress()
@@ -155,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"rlforge: error: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception as err:
+        cause = _rlforge_cause(err)  # jsonargparse wraps errors raised while it instantiates classes
+        if cause is not None:
+            print(f"rlforge: error: {cause}", file=sys.stderr)
+            sys.exit(2)
         if type(err).__module__.startswith("jsonargparse") or type(err).__name__ == "ArgumentError":
             print(f"rlforge: error: {one_line_error(str(err)) or type(err).__name__}", file=sys.stderr)
             sys.exit(2)

@@ -20,6 +20,7 @@ from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
+from rlforge.models.loading import check_backend
 from rlforge.rewards import MathReward, RewardRunner
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
@@ -148,17 +149,25 @@ class PolicyModule(RLModule):
         warmup_steps: int = 0,
         chat_template: bool = False,
         system_prompt: str | None = None,
+        backend: str = "hf",
+        backend_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
+        check_backend(backend, backend_options)
         self.model_name, self.dtype = model, dtype
+        self.backend, self.backend_options = backend, dict(backend_options or {})
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.chat_template, self.system_prompt = chat_template, system_prompt
 
     def configure_model(self) -> None:
         if self.policy is None:
-            self.policy, self.tokenizer = load_policy(self.model_name, dtype=self.dtype)
+            # The titan backend builds its parameters directly on the training device.
+            device = self.trainer.strategy.root_device if self.backend == "titan" and self.trainer else "cpu"
+            self.policy, self.tokenizer = load_policy(
+                self.model_name, self.dtype, device, backend=self.backend, backend_options=self.backend_options
+            )
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
@@ -196,6 +205,11 @@ class GRPOModule(PolicyModule):
         chat_template: Encode each prompt as a user turn of the tokenizer's chat template (instruct/chat
             models, e.g. Qwen3); the tokenizer must have one.
         system_prompt: System message put before the user turn (needs ``chat_template: true``).
+        backend: Policy implementation: ``hf`` (transformers, default) or ``titan`` (torchtitan Qwen3 built
+            from its registry, HF checkpoint in/out through its state-dict adapter; needs the ``titan`` extra).
+        backend_options: ``titan`` options: ``flavor`` (registry flavor, e.g. ``1.7B``; default: sized from
+            ``config.json``), ``attention`` (``auto``/``sdpa``/``flex``/``varlen``), ``parallelize``,
+            ``tensor_parallel_degree``.
     """
 
     def __init__(
@@ -222,8 +236,12 @@ class GRPOModule(PolicyModule):
         filter_truncated: bool = False,
         chat_template: bool = False,
         system_prompt: str | None = None,
+        backend: str = "hf",
+        backend_options: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt)
+        super().__init__(
+            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options
+        )
         if sampling.greedy:
             raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
         if sampling.n not in (1, group_size):

@@ -91,6 +91,10 @@ class TorchGenerator:
         self.model.load_state_dict(state_dict, strict=True)
         self.policy_version = version
 
+    def weights_state_dict(self) -> dict[str, torch.Tensor]:
+        """The sampler's current weights (HF names), e.g. to save stale generator weights for resume."""
+        return self.model.state_dict()
+
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.get_state(), "policy_version": self.policy_version}
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rlforge.errors import ConfigError
+from rlforge.imports import require
 
 DEFAULT_POLICY = "rlforge/default-policy"
 """Alias of the tiny policy shipped inside the package (works offline)."""
@@ -31,14 +32,38 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_policy(name_or_path: str, dtype: str = "float32", device: str | torch.device = "cpu") -> tuple[Any, Any]:
-    """Loads an HF causal LM and its tokenizer.
+BACKENDS = ("hf", "titan")
+"""Policy backends: ``hf`` (transformers ``AutoModelForCausalLM``) and ``titan`` (torchtitan, ``TitanPolicy``)."""
+
+
+def check_backend(backend: str, backend_options: dict[str, Any] | None = None) -> None:
+    """Fails early on an unknown backend, options for the wrong backend, or a missing extra."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"module.backend must be one of {BACKENDS}, got {backend!r}")
+    if backend_options and backend != "titan":
+        raise ConfigError(f"module.backend_options only apply to backend 'titan', got backend {backend!r}")
+    if backend == "titan":
+        require("titan", "module.backend='titan'")
+
+
+def load_policy(
+    name_or_path: str,
+    dtype: str = "float32",
+    device: str | torch.device = "cpu",
+    backend: str = "hf",
+    backend_options: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """Loads a causal LM and its tokenizer.
 
     Args:
         name_or_path: ``rlforge/default-policy``, a local HF folder, or a hub id such as
             ``Qwen/Qwen3-1.7B`` (needs network or a populated HF cache).
         dtype: ``float32``, ``bfloat16`` or ``float16``.
         device: Where to place the model.
+        backend: ``hf`` (transformers) or ``titan`` (torchtitan model with HF-named weights; needs the
+            ``titan`` extra).
+        backend_options: ``TitanPolicy.from_pretrained`` arguments for ``titan`` (``flavor``, ``attention``,
+            ``parallelize``, ``tensor_parallel_degree``).
 
     Returns:
         ``(model, tokenizer)``; the tokenizer pads on the left and has a pad token.
@@ -47,10 +72,16 @@ def load_policy(name_or_path: str, dtype: str = "float32", device: str | torch.d
 
     if dtype not in _DTYPES:
         raise ConfigError(f"model dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    check_backend(backend, backend_options)
     path = resolve_model_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+        if backend == "titan":
+            from rlforge.models.titan_policy import TitanPolicy
+
+            model = TitanPolicy.from_pretrained(path, dtype=dtype, device=device, **(backend_options or {}))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
     except OSError as err:
         hint = "" if Path(path).exists() else " (not a local folder: loading a hub id needs network or the HF cache)"
         raise ConfigError(f"model: cannot load {name_or_path!r}{hint}: {err}") from err

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.errors import ConfigError
-from rlforge.generation import SamplingParams, TorchGenerator
+from rlforge.generation import Generator, SamplingParams
+from rlforge.generation.factory import PolicySampler, build_generator, check_generator_name
 from rlforge.models import compute_logprobs
 from rlforge.strategies.base import Strategy
 from rlforge.types import Completion, TrainBatch
@@ -25,15 +26,23 @@ class LocalStrategy(Strategy):
 
     Args:
         device: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+        generator: Rollout sampler: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs the
+            ``vllm`` extra; validation also uses it while its weights are current).
+        generator_options: Keyword arguments of the generator class (e.g. for vLLM
+            ``gpu_memory_utilization``, ``sleep_between_rollouts``, ``dtype``).
     """
 
-    def __init__(self, device: str = "auto") -> None:
+    def __init__(
+        self, device: str = "auto", generator: str = "torch", generator_options: dict[str, Any] | None = None
+    ) -> None:
         if device != "auto" and not (device == "cpu" or device.startswith("cuda")):
             raise ConfigError(f"trainer.strategy.device must be auto, cpu or cuda[:N], got {device!r}")
+        check_generator_name(generator)
         self.device = device
+        self.generator, self.generator_options = generator, dict(generator_options or {})
         self._trainer: rlforge.RLTrainer | None = None
-        self._generator: TorchGenerator | None = None
-        self._policy_sampler: TorchGenerator | None = None
+        self._generator: Generator | None = None
+        self._policy_sampler: PolicySampler | None = None
         self._reference: torch.nn.Module | None = None
 
     @property
@@ -48,10 +57,11 @@ class LocalStrategy(Strategy):
         self._trainer = trainer
         module.policy.to(self.root_device)
         seed = trainer.seed
-        self._policy_sampler = TorchGenerator(module.policy, module.tokenizer, seed=seed + 1)
+        self._policy_sampler = PolicySampler(module.policy, module.tokenizer, seed=seed + 1)
         if trainer.stage == "fit" and not module.supervised:
-            sampler_model = copy.deepcopy(module.policy).requires_grad_(False)
-            self._generator = TorchGenerator(sampler_model, module.tokenizer, seed=seed, policy_version=0)
+            self._generator = build_generator(
+                self.generator, module.policy, module.tokenizer, seed, policy_version=0, options=self.generator_options
+            )
             if module.beta > 0 or module.needs_reference:
                 self._reference = copy.deepcopy(module.policy).requires_grad_(False).eval()
 
@@ -67,6 +77,9 @@ class LocalStrategy(Strategy):
     def generate_with_policy(
         self, module: rlforge.RLModule, prompt_ids: list[list[int]], params: SamplingParams
     ) -> list[list[Completion]]:
+        if self.generator == "vllm" and self._generator is not None:
+            if self._generator.policy_version == self._trainer.policy_version:
+                return self._generator.generate(prompt_ids, params)
         return self._policy_sampler.generate(prompt_ids, params)
 
     @torch.no_grad()
@@ -91,7 +104,7 @@ class LocalStrategy(Strategy):
         state: dict[str, Any] = {"generator": self._generator.state_dict()}
         if self._generator.policy_version != self._trainer.policy_version:
             # Stale generator weights differ from the policy's: keep them for an exact resume.
-            state["generator_weights"] = _cpu_copy(self._generator.model.state_dict())
+            state["generator_weights"] = _cpu_copy(self._generator.weights_state_dict())
         if self._reference is not None:
             state["reference_weights"] = _cpu_copy(self._reference.state_dict())
         return state
@@ -105,11 +118,11 @@ class LocalStrategy(Strategy):
             return
         # Without saved generator weights the generator was in sync with the (restored) policy.
         weights = state.get("generator_weights") or self._trainer.module.policy.state_dict()
-        self._generator.model.load_state_dict(weights)
+        self._generator.update_weights(weights, self._generator.policy_version)
         self._generator.load_state_dict(state["generator"])
         if "reference_weights" in state:
             if self._reference is None:
-                self._reference = copy.deepcopy(self._generator.model).eval()
+                self._reference = copy.deepcopy(self._trainer.module.policy).requires_grad_(False).eval()
             self._reference.load_state_dict(state["reference_weights"])
 
     def teardown(self) -> None:

@@ -1,0 +1,89 @@
+"""Choosing a generator by name: what strategies call to build their rollout sampler."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torch import nn
+
+from rlforge.errors import ConfigError
+from rlforge.generation.base import Generator
+from rlforge.generation.params import SamplingParams
+from rlforge.generation.torch_generator import TorchGenerator
+from rlforge.imports import require
+from rlforge.types import Completion
+
+GENERATORS = ("torch", "vllm")
+"""Names accepted by ``build_generator`` (and ``LocalStrategy(generator=...)``)."""
+
+
+def check_generator_name(kind: str, field: str = "trainer.strategy.generator") -> None:
+    """Raises ``ConfigError`` for an unknown generator name, ``MissingDependencyError`` for a missing extra."""
+    if kind not in GENERATORS:
+        raise ConfigError(f"{field} must be one of {GENERATORS}, got {kind!r}")
+    if kind == "vllm":
+        require("vllm", f"{field}='vllm'")
+
+
+def hf_copy(policy: nn.Module) -> nn.Module:
+    """A frozen HF causal LM holding the policy's current weights (the sampler's own copy).
+
+    Policies that are not HF models (the torchtitan backend) provide ``to_hf_model()``.
+    """
+    to_hf = getattr(policy, "to_hf_model", None)
+    model = to_hf() if callable(to_hf) else copy.deepcopy(policy)
+    return model.requires_grad_(False)
+
+
+def build_generator(
+    kind: str,
+    policy: nn.Module,
+    tokenizer: Any,
+    seed: int = 0,
+    policy_version: int = 0,
+    options: dict[str, Any] | None = None,
+) -> Generator:
+    """Builds a rollout generator holding a COPY of ``policy``'s weights.
+
+    Args:
+        kind: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs the ``vllm`` extra).
+        policy: The trainable policy (HF model, or anything with ``to_hf_model()``/``save_pretrained``).
+        tokenizer: Its tokenizer.
+        seed: Sampler seed.
+        policy_version: Version of the policy's current weights.
+        options: Extra keyword arguments of the generator class (e.g. vLLM's ``gpu_memory_utilization``).
+    """
+    check_generator_name(kind)
+    options = dict(options or {})
+    if kind == "torch":
+        if options:
+            raise ConfigError(f"trainer.strategy.generator_options: TorchGenerator takes none, got {sorted(options)}")
+        return TorchGenerator(hf_copy(policy), tokenizer, seed=seed, policy_version=policy_version)
+    from rlforge.generation.vllm_generator import VLLMGenerator
+
+    return VLLMGenerator.from_policy(policy, tokenizer, seed=seed, policy_version=policy_version, **options)
+
+
+class PolicySampler:
+    """Samples with the policy's CURRENT weights (validation), whatever the policy backend.
+
+    An HF policy is sampled in place. A non-HF policy (``to_hf_model()``) is mirrored into an HF copy whose
+    weights are refreshed from ``policy.state_dict()`` (HF names) before each call.
+
+    Args:
+        policy: The trainable policy.
+        tokenizer: Its tokenizer.
+        seed: Sampler seed.
+    """
+
+    def __init__(self, policy: nn.Module, tokenizer: Any, seed: int = 0) -> None:
+        self.policy = policy
+        self._mirrored = callable(getattr(policy, "to_hf_model", None))
+        model = hf_copy(policy) if self._mirrored else policy
+        self.generator = TorchGenerator(model, tokenizer, seed=seed)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        if self._mirrored:
+            self.generator.update_weights(self.policy.state_dict(), self.generator.policy_version)
+        return self.generator.generate(prompt_ids, params)
