@@ -8,6 +8,8 @@ The publisher keeps a version alive until every replica has acknowledged a newer
 
 from __future__ import annotations
 
+import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ import torch
 
 from rlforge.errors import ConfigError
 
+log = logging.getLogger(__name__)
 _ALIGN = 64  # bytes; keeps every view aligned for any dtype (and for vectorised copies)
 TRANSPORTS = ("rdma", "message")
 
@@ -125,9 +128,14 @@ class WeightPublisher:
         self.layout = layout
         flat = pack(state_dict, layout)
         if self.transport == "rdma":
-            from monarch.rdma import RDMABuffer
+            from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning, get_rdma_backend
 
-            handle = WeightHandle(version, layout, buffer=RDMABuffer(flat))
+            with warnings.catch_warnings():
+                # Said once per publisher (below) instead of once per sync.
+                warnings.simplefilter("ignore", RDMATcpFallbackWarning)
+                handle = WeightHandle(version, layout, buffer=RDMABuffer(flat))
+            if not self._live:
+                log.info("weight sync: RDMABuffer over the %s backend", get_rdma_backend())
         else:
             handle = WeightHandle(version, layout, tensor=flat)
         self._live[version] = (flat, handle)
