@@ -73,6 +73,10 @@ class MonarchStrategy(Strategy):
             episodes more than k versions older than the policy are dropped. Needs
             ``WeightSync.sync_interval <= k + 1``.
         tis_cap: Upper bound of the truncated importance weight of async (stale) rollouts.
+        correction: Off-policy correction of async rollouts: ``tis`` (decoupled PPO: ratio against the current
+            policy, advantages times ``min(exp(current - behaviour), tis_cap)``; one extra no-grad forward per
+            step) or ``ppo`` (the loss's ratio against the behaviour logprobs, truncated by its own clip; no
+            extra forward).
         restart_on_failure: Respawn a generator replica whose process died (with the current weights);
             else save a checkpoint and stop.
         max_restarts: Restarts allowed per replica before stopping anyway.
@@ -93,6 +97,7 @@ class MonarchStrategy(Strategy):
         generator_backend: str = "torch",
         max_staleness: int = 0,
         tis_cap: float = 2.0,
+        correction: str = "tis",
         restart_on_failure: bool = False,
         max_restarts: int = 3,
         sync_transport: str = "rdma",
@@ -119,6 +124,9 @@ class MonarchStrategy(Strategy):
             raise ConfigError(f"trainer.strategy.max_staleness must be >= 0, got {max_staleness}")
         if not tis_cap >= 1.0:
             raise ConfigError(f"trainer.strategy.tis_cap must be >= 1, got {tis_cap}")
+        if correction not in ("tis", "ppo"):
+            raise ConfigError(f"trainer.strategy.correction must be 'tis' or 'ppo', got {correction!r}")
+        self.correction = correction
         if timeout_s <= 0:
             raise ConfigError(f"trainer.strategy.timeout_s must be > 0, got {timeout_s}")
         self.generator_backend, self.max_staleness, self.tis_cap = generator_backend, max_staleness, tis_cap
@@ -359,7 +367,7 @@ class MonarchStrategy(Strategy):
 
     @torch.no_grad()
     def prepare_batch(self, module: rlforge.RLModule, batch: TrainBatch) -> TrainBatch:
-        if not self.asynchronous:
+        if not self.asynchronous or self.correction == "ppo":
             return batch
         prox, _ = compute_logprobs(
             module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature

@@ -131,7 +131,9 @@ def test_generators_on_several_simulated_hosts(tmp_path):
 
 
 def test_cli_fit_with_the_monarch_strategy(tiny_policy_dir, tmp_path):
-    cli_main(["fit", *fast_flags(tiny_policy_dir, tmp_path), "--trainer.strategy", "rlforge.strategies.MonarchStrategy"])
+    cli_main(
+        ["fit", *fast_flags(tiny_policy_dir, tmp_path), "--trainer.strategy", "rlforge.strategies.MonarchStrategy"]
+    )
     rows = metric_rows(tmp_path)
     assert [int(r["step"]) for r in rows] == [1, 2]
     assert all(float(r["perf/sync_s"]) > 0 for r in rows)
