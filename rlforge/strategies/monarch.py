@@ -35,7 +35,7 @@ import torch
 from rlforge.errors import ConfigError, WorkerDiedError
 from rlforge.generation import SamplingParams, TorchGenerator
 from rlforge.models import compute_logprobs
-from rlforge.strategies import mesh
+from rlforge.strategies import mesh, placement
 from rlforge.strategies.actors.factory import check_backend
 from rlforge.strategies.actors.spec import PolicySpec
 from rlforge.strategies.base import Strategy
@@ -164,40 +164,6 @@ class MonarchStrategy(Strategy):
     def asynchronous(self) -> bool:
         return self.max_staleness > 0
 
-    def _host_mesh(self, cfg: ServiceConfig, index: int) -> Any:
-        from monarch.actor import this_host
-
-        if cfg.hosts is None:
-            return this_host()
-        if self._job_state is None:
-            raise ConfigError(
-                f"trainer.strategy: a service asks for hosts {cfg.hosts!r} but trainer.strategy.job is null"
-            )
-        try:
-            hosts = getattr(self._job_state, cfg.hosts)
-        except AttributeError as err:
-            raise ConfigError(f"trainer.strategy: the Monarch job has no host mesh named {cfg.hosts!r}") from err
-        return hosts.slice(hosts=index % hosts.size("hosts"))
-
-    def _worker_device(self, cfg: ServiceConfig, index: int) -> str:
-        if not cfg.with_gpus:
-            return "cpu"
-        if not torch.cuda.is_available():
-            raise ConfigError("trainer.strategy: with_gpus is true but CUDA is not available on this host")
-        return f"cuda:{index % torch.cuda.device_count()}"
-
-    def _load_job(self) -> Any:
-        if self.job is None:
-            return None
-        job = self.job
-        if isinstance(job, (str, Path)):
-            from monarch.job import job_load
-
-            if not Path(job).is_file():
-                raise ConfigError(f"trainer.strategy.job: no dumped Monarch job at {job!r}")
-            job = job_load(str(job))
-        return job.state(cached_path=None)
-
     # ---------------------------------------------------------------------------------------- setup
     def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         self._trainer = trainer
@@ -218,7 +184,7 @@ class MonarchStrategy(Strategy):
 
         self._hook = mesh.FaultHook()
         self._hook.install()
-        self._job_state = self._load_job()
+        self._job_state = placement.load_job(self.job)
         self._publisher = WeightPublisher(self.sync_transport)
         self._spec = PolicySpec.of(module.policy)
         for i in range(self.generator.num_replicas):
@@ -228,8 +194,8 @@ class MonarchStrategy(Strategy):
                 k: v.detach().to("cpu", copy=True) for k, v in module.policy.state_dict().items()
             }
             self._reference_replica = mesh.spawn_replica(
-                self._host_mesh(self.reference, 0), self.reference, "reference", 0, ReferenceActor,
-                self._spec, self._worker_device(self.reference, 0), self.num_threads,
+                placement.host_mesh(self._job_state, self.reference, 0), self.reference, "reference", 0, ReferenceActor,
+                self._spec, placement.worker_device(self.reference, 0), self.num_threads,
             )  # fmt: skip
         if self.reward.num_replicas:
             self._setup_rewards(module, RewardActor)
@@ -248,9 +214,9 @@ class MonarchStrategy(Strategy):
         if actor_cls is None:
             from rlforge.strategies.actors.generator import GeneratorActor as actor_cls
         replica = mesh.spawn_replica(
-            self._host_mesh(self.generator, index), self.generator, "generator", index, actor_cls,
+            placement.host_mesh(self._job_state, self.generator, index), self.generator, "generator", index, actor_cls,
             self._spec, module.tokenizer, self._trainer.seed + 1000 * index, self.generator_backend,
-            self._worker_device(self.generator, index), self.num_threads,
+            placement.worker_device(self.generator, index), self.num_threads,
         )  # fmt: skip
         return replica
 
@@ -265,7 +231,7 @@ class MonarchStrategy(Strategy):
         dim = "gpus" if self.reward.with_gpus else "procs"
         for i in range(self.reward.num_replicas):
             replica = mesh.spawn_replica(
-                self._host_mesh(self.reward, i), self.reward, "reward", i, actor_cls,
+                placement.host_mesh(self._job_state, self.reward, i), self.reward, "reward", i, actor_cls,
                 runner.reward_fns, runner.weights, runner.timeout_s, runner.max_error_frac,
             )  # fmt: skip
             self._reward_replicas.append(replica)

@@ -17,7 +17,7 @@ from tests.helpers import fast_flags, metric_rows
 from tests.strategies.conftest import column, losses
 
 
-def _fit(root, strategy, max_steps=6, callbacks=(), val=0, batch_size=4, **module_kwargs):
+def _fit(root, strategy, max_steps=6, callbacks=(), val=0, batch_size=4, ckpt_path=None, **module_kwargs):
     module = GRPOModule(group_size=4, **module_kwargs)
     trainer = RLTrainer(
         max_steps=max_steps,
@@ -29,7 +29,7 @@ def _fit(root, strategy, max_steps=6, callbacks=(), val=0, batch_size=4, **modul
         callbacks=list(callbacks),
         seed=1,
     )
-    trainer.fit(module, RLDataModule(batch_size=batch_size, val_size=24))
+    trainer.fit(module, RLDataModule(batch_size=batch_size, val_size=24), ckpt_path=ckpt_path)
     return trainer
 
 
@@ -105,8 +105,11 @@ def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_c
     pointer = json.loads((tmp_path / "checkpoints" / "last.json").read_text())
     assert pointer["step"] == 2  # nothing trained is lost
     # Resuming finishes the run; the rollout rows the dead replica never answered come first.
-    trainer = _fit(tmp_path, MonarchStrategy(), max_steps=3)
-    assert trainer.global_step == 3
+    trainer = _fit(tmp_path, MonarchStrategy(), max_steps=3, ckpt_path="last")
+    assert trainer.global_step == 3 and trainer.progress.rollouts == 3
+    with open(trainer.log_dir / "metrics.csv") as f:
+        steps = [line.split(",")[0] for line in f.read().splitlines()[1:]]
+    assert steps[-1] == "3" and "1" in steps  # history restored from the checkpoint, then step 3
 
 
 def test_generators_on_several_simulated_hosts(tmp_path):
