@@ -79,17 +79,20 @@ class _KillGenerator(Callback):
             self.killed_at = time.monotonic()
 
 
-def test_killed_generator_is_respawned_with_current_weights(tmp_path):
+def test_killed_generator_is_respawned_with_current_weights(tmp_path, monkeypatch):
     killer = _KillGenerator(at_step=2)
-    strategy = MonarchStrategy(max_staleness=1, restart_on_failure=True)
+    strategy = MonarchStrategy(restart_on_failure=True)
+    noticed = []
+    respawn = strategy._respawn
+    monkeypatch.setattr(strategy, "_respawn", lambda index: (noticed.append(time.monotonic()), respawn(index)))
     trainer = _fit(tmp_path, strategy, max_steps=4, callbacks=[killer])
     assert trainer.global_step == 4
-    # The death shows on the first call that reaches the dead replica (step 3's prefetch may have finished).
-    (restart_step,) = column(tmp_path, "rollout/restarts")
-    assert restart_step in (3, 4)
-    assert killer.step_times[restart_step] - killer.killed_at < 15.0
-    # The lost request was re-sent to the new replica, which holds the newest version.
-    assert column(tmp_path, "rollout/staleness")[restart_step] <= 1.0
+    # The death is noticed within seconds (respawning then costs a process start: seconds on a quiet host).
+    (noticed_at,) = noticed
+    assert noticed_at - killer.killed_at < 15.0
+    # Step 3's rollout hit the dead replica and was re-sent to the new one, which holds the newest weights.
+    assert column(tmp_path, "rollout/restarts") == {3: 1.0}
+    assert column(tmp_path, "rollout/staleness")[3] == 0.0
 
 
 def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_cause(tmp_path):
