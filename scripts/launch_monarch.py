@@ -76,7 +76,8 @@ def main() -> None:
         "--trainer.strategy.generator.with_gpus", str(bool(args.gpus_per_node)).lower(),
     ]  # fmt: skip
     if args.rewards:
-        strategy += ["--trainer.strategy.reward.hosts", "rewards", "--trainer.strategy.reward.num_replicas", str(args.rewards)]
+        strategy += ["--trainer.strategy.reward.hosts", "rewards"]
+        strategy += ["--trainer.strategy.reward.num_replicas", str(args.rewards)]
     try:
         code = subprocess.call([sys.executable, "-m", "rlforge.cli", "fit", *strategy, *fit_args])
     finally:
