@@ -29,3 +29,11 @@ class CheckpointError(RLForgeError, RuntimeError):
 
 class NonFiniteError(RLForgeError, FloatingPointError):
     """Training produced NaN/inf values too many steps in a row."""
+
+
+class WorkerError(RLForgeError, RuntimeError):
+    """A remote worker (Monarch actor) failed a call or did not answer in time; carries its traceback."""
+
+
+class WorkerDiedError(WorkerError):
+    """A remote worker's process died (killed, crashed, out of memory)."""

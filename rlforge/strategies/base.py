@@ -63,6 +63,14 @@ class Strategy(ABC):
             for row, group in zip(rows, completions, strict=True)
         ]
 
+    def next_rollout(self, module: rlforge.RLModule, datamodule: rlforge.RLDataModule) -> list[Group]:
+        """Rolls out the next training prompts (asynchronous strategies prefetch and overlap here)."""
+        return self.rollout(module, datamodule.next_batch())
+
+    def prepare_batch(self, module: rlforge.RLModule, batch: TrainBatch) -> TrainBatch:
+        """Last look at a collated batch before the update (off-policy correction of stale rollouts)."""
+        return batch
+
     def score(self, module: rlforge.RLModule, groups: list[Group]) -> dict[str, float]:
         """Computes rewards (in-process by default; remote strategies use reward workers)."""
         return module.score(groups)

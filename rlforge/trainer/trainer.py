@@ -259,7 +259,7 @@ class RLTrainer:
         module = self.module
 
         def sample() -> list[Group]:
-            groups = self.strategy.rollout(module, self.datamodule.next_batch())
+            groups = self.strategy.next_rollout(module, self.datamodule)
             for name, value in self.strategy.score(module, groups).items():
                 self._log_metric(name, value)
             return groups
@@ -275,6 +275,7 @@ class RLTrainer:
         batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.strategy.root_device)
         if module.filter_truncated:
             batch.response_mask = mask_truncated(episodes, batch.response_mask)
+        batch = self.strategy.prepare_batch(module, batch)
         if module.beta > 0 or module.needs_reference:  # needs_reference: KL measured (KLMonitor) or beta adapted
             batch.ref_logprobs = self.strategy.reference_logprobs(module, batch)
             for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):

@@ -1,0 +1,2 @@
+"""Monarch actors of ``MonarchStrategy`` (``generator``, ``reference``, ``reward``; those modules import
+monarch) and the monarch-free pieces they share (``spec``, ``factory``)."""

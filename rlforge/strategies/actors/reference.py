@@ -1,0 +1,50 @@
+"""``ReferenceActor``: the frozen reference model, answering logprob requests for the KL term."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from monarch.actor import Actor, endpoint
+
+from rlforge.models import compute_logprobs
+from rlforge.strategies.actors.spec import PolicySpec
+from rlforge.strategies.weights import WeightHandle, WeightReceiver
+
+
+class ReferenceActor(Actor):
+    """A frozen copy of the initial policy (or of whatever version it is given).
+
+    Args:
+        spec: How to build the copy.
+        device: Its device.
+        num_threads: torch intra-op threads of this process (``None``: torch's default).
+    """
+
+    def __init__(self, spec: PolicySpec, device: str = "cpu", num_threads: int | None = None) -> None:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.device = torch.device(device)
+        self.model = spec.build(device)
+        self.receiver = WeightReceiver()
+        self.version = -1
+
+    @endpoint
+    def load_weights(self, handle: WeightHandle, timeout_s: float = 300.0) -> int:
+        self.receiver.load(handle, self.model, timeout_s)
+        self.version = handle.version
+        return handle.version
+
+    @endpoint
+    @torch.no_grad()
+    def logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float
+    ) -> torch.Tensor:
+        logprobs, _ = compute_logprobs(
+            self.model, input_ids.to(self.device), attention_mask.to(self.device), prompt_len, temperature
+        )
+        return logprobs.cpu()
+
+    @endpoint
+    def state(self) -> dict[str, Any]:
+        return {"version": self.version}

@@ -1,0 +1,47 @@
+"""MonarchStrategy configuration errors (no processes are started)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlforge.errors import ConfigError
+from rlforge.strategies import MonarchStrategy, ServiceConfig, placement
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"generator": ServiceConfig(procs=2)}, "generator.procs must be 1"),
+        ({"generator": ServiceConfig(num_replicas=0)}, "generator.num_replicas must be >= 1"),
+        ({"reference": ServiceConfig(num_replicas=2)}, "reference: procs and num_replicas must be 1"),
+        ({"reward": ServiceConfig(num_replicas=-1)}, "reward.num_replicas must be >= 0"),
+        ({"generator_backend": "tgi"}, "generator_backend must be one of"),
+        ({"max_staleness": -1}, "max_staleness must be >= 0"),
+        ({"tis_cap": 0.5}, "tis_cap must be >= 1"),
+        ({"correction": "magic"}, "correction must be 'tis' or 'ppo'"),
+        ({"sync_transport": "smoke"}, "sync_transport must be one of"),
+    ],
+)
+def test_bad_values_are_one_line_config_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        MonarchStrategy(**kwargs)
+
+
+def test_placement_errors_name_the_field():
+    with pytest.raises(ConfigError, match="trainer.strategy.job is null"):
+        placement.host_mesh(None, ServiceConfig(hosts="gen"), 0)
+    with pytest.raises(ConfigError, match="no host mesh named 'gen'"):
+        placement.host_mesh(object(), ServiceConfig(hosts="gen"), 0)
+    with pytest.raises(ConfigError, match="no dumped Monarch job"):
+        placement.load_job("/nonexistent/job.pkl")
+    assert placement.worker_device(ServiceConfig(), 3) == "cpu"
+
+
+def test_import_rlforge_does_not_import_monarch():
+    import subprocess
+
+    code = "import sys, rlforge, rlforge.strategies; print('monarch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

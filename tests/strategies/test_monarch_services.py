@@ -1,0 +1,101 @@
+"""MonarchStrategy services on one prepared trainer (one set of processes shared by the module).
+
+References are computed in-process with the same weights: ``LocalStrategy``'s pieces, ``RewardRunner``
+and ``compute_logprobs``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlforge import GRPOModule, RLDataModule, RLTrainer, SamplingParams, TorchGenerator
+from rlforge.data import collate_episodes
+from rlforge.errors import WorkerError
+from rlforge.losses import GRPOLoss
+from rlforge.models import compute_logprobs
+from rlforge.strategies import MonarchStrategy, ServiceConfig
+
+
+@pytest.fixture(scope="module")
+def prepared(tiny_policy_dir):
+    strategy = MonarchStrategy(
+        generator=ServiceConfig(num_replicas=2), reward=ServiceConfig(num_replicas=1, procs=2), sync_transport="rdma"
+    )
+    module = GRPOModule(model=tiny_policy_dir, group_size=3, loss=GRPOLoss(beta=0.1), reward_fns=[len_reward])
+    trainer = RLTrainer(max_steps=1, strategy=strategy, logger=False, enable_progress_bar=False, seed=3)
+    trainer.prepare(module, RLDataModule(batch_size=4))
+    yield trainer, module, strategy
+    strategy.teardown()
+
+
+def len_reward(prompt: str, response: str, target: str) -> float:
+    return float(len(response) % 3)
+
+
+def test_replicas_sample_their_shard_like_a_local_generator_with_the_same_seed(prepared):
+    trainer, module, strategy = prepared
+    prompts = [module.encode_prompt(f"{a} + {a} =") for a in range(5)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, n=2)
+    remote = strategy.generate(module, prompts, params)
+    # Replica i owns a contiguous shard and samples with seed trainer.seed + 1000 * i.
+    local0 = TorchGenerator(module.policy, module.tokenizer, seed=3).generate(prompts[:2], params)
+    local1 = TorchGenerator(module.policy, module.tokenizer, seed=1003).generate(prompts[2:], params)
+    expected = local0 + local1
+    assert [[c.token_ids for c in g] for g in remote] == [[c.token_ids for c in g] for g in expected]
+    for got, want in zip(remote, expected, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert a.policy_version == 0
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_weight_sync_versions_acks_and_freeing(prepared):
+    trainer, module, strategy = prepared
+    with torch.no_grad():
+        for p in module.policy.parameters():
+            p.add_(0.01)
+    strategy.sync_weights(module, 1)
+    strategy.sync_weights(module, 2)
+    assert strategy.generator_version == 2
+    assert strategy._publisher.live_versions == [2]  # versions 0 and 1 freed after both replicas acked 2
+    prompts = [module.encode_prompt("7 + 8 =")]
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    (remote,) = strategy.generate(module, prompts, greedy)
+    (local,) = TorchGenerator(module.policy, module.tokenizer).generate(prompts, greedy)
+    assert remote[0].token_ids == local[0].token_ids and remote[0].policy_version == 2
+
+
+def test_reference_actor_keeps_the_initial_weights(prepared, tiny_policy_dir):
+    from rlforge.models import load_policy
+
+    trainer, module, strategy = prepared
+    initial, _ = load_policy(tiny_policy_dir)
+    prompts = [module.encode_prompt("1 + 2 ="), module.encode_prompt("30 + 4 =")]
+    groups = strategy.rollout(module, [{"prompt": "1 + 2 =", "target": "3"}, {"prompt": "30 + 4 =", "target": "34"}])
+    assert [g[0].completion.prompt_ids for g in groups] == prompts
+    batch = collate_episodes([ep for g in groups for ep in g], module.tokenizer.pad_token_id)
+    remote = strategy.reference_logprobs(module, batch)
+    local, _ = compute_logprobs(initial, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0)
+    assert torch.allclose(remote * batch.response_mask, local * batch.response_mask, atol=1e-5)
+
+
+def test_reward_workers_match_the_in_process_runner(prepared):
+    trainer, module, strategy = prepared
+    rows = [{"prompt": f"{a} + 1 =", "target": str(a + 1)} for a in range(5)]
+    groups = strategy.rollout(module, rows)
+    metrics = strategy.score(module, groups)
+    episodes = [ep for g in groups for ep in g]
+    local = strategy._reward_runner_backup(
+        [e.prompt for e in episodes], [e.completion.text for e in episodes], [e.target for e in episodes]
+    )
+    assert [e.reward for e in episodes] == local.rewards
+    assert metrics == pytest.approx(local.metrics)
+
+
+def test_actor_exception_is_a_worker_error_with_the_remote_traceback(prepared):
+    trainer, module, strategy = prepared
+    with pytest.raises(WorkerError, match=r"generator replica \d: generate raised ValueError") as info:
+        strategy.generate(module, [[]], SamplingParams(max_new_tokens=2))
+    assert "Traceback" in str(info.value) and "torch_generator.py" in str(info.value)
+    # The actor lives on.
+    assert len(strategy.generate(module, [[5]], SamplingParams(max_new_tokens=2))) == 1
