@@ -39,6 +39,28 @@ class Logger(ABC):
         """Restores logged history on resume."""
 
 
+class FolderLogger(Logger):
+    """A logger that writes into a run folder fixed by ``bind`` (called by the trainer before any logging)."""
+
+    _log_dir: Path | None = None
+
+    def run_folder(self, default_root_dir: str) -> Path:
+        """Where this run's folder goes, given the trainer's ``default_root_dir``."""
+        raise NotImplementedError
+
+    def bind(self, default_root_dir: str) -> None:
+        """Fixes (and creates) the run folder; later calls keep the first one."""
+        if self._log_dir is None:
+            self._log_dir = self.run_folder(default_root_dir)
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def log_dir(self) -> Path:
+        if self._log_dir is None:
+            raise RuntimeError(f"{type(self).__name__}.log_dir is known once the trainer has bound the logger")
+        return self._log_dir
+
+
 def version_dir(root: Path, version: int | str | None) -> Path:
     """``root/version_<n>`` (the next free ``n`` when ``version`` is ``None``) or ``root/<version>`` for a string."""
     if version is None:

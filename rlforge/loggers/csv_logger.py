@@ -10,10 +10,10 @@ from typing import Any
 import yaml
 
 from rlforge.checkpoint_io import atomic_write_text
-from rlforge.loggers.base import Logger, version_dir
+from rlforge.loggers.base import FolderLogger, version_dir
 
 
-class CSVLogger(Logger):
+class CSVLogger(FolderLogger):
     """Writes ``<save_dir>/<name>/version_<n>/metrics.csv`` (one row per step, one column per metric).
 
     The file is rewritten atomically whenever a new metric name appears, so it is always a valid
@@ -29,20 +29,9 @@ class CSVLogger(Logger):
         self.save_dir, self.name, self._version = save_dir, name, version
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = ["step"]
-        self._log_dir: Path | None = None
 
-    def bind(self, default_root_dir: str) -> None:
-        """Fixes the run folder (called by the trainer before anything is logged)."""
-        if self._log_dir is not None:
-            return
-        self._log_dir = version_dir(Path(self.save_dir or default_root_dir) / self.name, self._version)
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def log_dir(self) -> Path:
-        if self._log_dir is None:
-            raise RuntimeError("CSVLogger.log_dir is known once the trainer has bound the logger")
-        return self._log_dir
+    def run_folder(self, default_root_dir: str) -> Path:
+        return version_dir(Path(self.save_dir or default_root_dir) / self.name, self._version)
 
     @property
     def metrics_file(self) -> Path:

@@ -9,12 +9,12 @@ import yaml
 from lightning_utilities.core.imports import RequirementCache
 
 from rlforge.errors import MissingDependencyError
-from rlforge.loggers.base import Logger, version_dir
+from rlforge.loggers.base import FolderLogger, version_dir
 
 _TENSORBOARD = RequirementCache("tensorboard")
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(FolderLogger):
     """Writes ``<save_dir>/<name>/version_<n>/events.out.tfevents.*`` (view with ``tensorboard --logdir``).
 
     Args:
@@ -31,20 +31,10 @@ class TensorBoardLogger(Logger):
                 f"TensorBoardLogger needs tensorboard: pip install tensorboard ({_TENSORBOARD})"
             )
         self.save_dir, self.name, self._version = save_dir, name, version
-        self._log_dir: Path | None = None
         self._writer: Any = None
 
-    def bind(self, default_root_dir: str) -> None:
-        """Fixes the run folder (called by the trainer before anything is logged)."""
-        if self._log_dir is None:
-            self._log_dir = version_dir(Path(self.save_dir or default_root_dir) / self.name, self._version)
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def log_dir(self) -> Path:
-        if self._log_dir is None:
-            raise RuntimeError("TensorBoardLogger.log_dir is known once the trainer has bound the logger")
-        return self._log_dir
+    def run_folder(self, default_root_dir: str) -> Path:
+        return version_dir(Path(self.save_dir or default_root_dir) / self.name, self._version)
 
     @property
     def experiment(self) -> Any:

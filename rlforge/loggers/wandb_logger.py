@@ -10,12 +10,12 @@ from typing import Any
 from lightning_utilities.core.imports import RequirementCache
 
 from rlforge.errors import ConfigError, MissingDependencyError
-from rlforge.loggers.base import Logger
+from rlforge.loggers.base import FolderLogger
 
 _WANDB = RequirementCache("wandb")
 
 
-class WandbLogger(Logger):
+class WandbLogger(FolderLogger):
     """Logs metrics, the resolved config, sample tables and (optionally) checkpoints to W&B.
 
     The run lives in ``<save_dir>/<project>/<run id>/wandb/``; with ``offline`` (or ``WANDB_MODE=offline``)
@@ -56,21 +56,11 @@ class WandbLogger(Logger):
         alphabet = string.ascii_lowercase + string.digits
         self._resume = "allow" if version else None  # continue a named run; a fresh id never resumes
         self.version = version or "".join(secrets.choice(alphabet) for _ in range(8))
-        self._log_dir: Path | None = None
         self._run: Any = None
         self._last_checkpoint: tuple[Path, int] | None = None
 
-    def bind(self, default_root_dir: str) -> None:
-        """Fixes the run folder (called by the trainer before anything is logged)."""
-        if self._log_dir is None:
-            self._log_dir = Path(self.save_dir or default_root_dir) / self.project / self.version
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def log_dir(self) -> Path:
-        if self._log_dir is None:
-            raise RuntimeError("WandbLogger.log_dir is known once the trainer has bound the logger")
-        return self._log_dir
+    def run_folder(self, default_root_dir: str) -> Path:
+        return Path(self.save_dir or default_root_dir) / self.project / self.version
 
     @property
     def experiment(self) -> Any:
