@@ -5,10 +5,6 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
-
 
 def losses(root: Path | str) -> dict[int, float]:
     """``train/loss`` per step of the single run under ``root``."""

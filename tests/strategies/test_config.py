@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
+
 from rlforge.errors import ConfigError
 from rlforge.strategies import MonarchStrategy, ServiceConfig, placement
 

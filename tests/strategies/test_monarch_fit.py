@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
+
 from rlforge import Callback, GRPOModule, LocalStrategy, ModelCheckpoint, RLDataModule, RLTrainer, WeightSync
 from rlforge.cli import main as cli_main
 from rlforge.errors import ConfigError, WorkerDiedError

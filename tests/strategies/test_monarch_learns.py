@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
+
 from rlforge import GRPOModule, LocalStrategy, RLDataModule, RLTrainer
 from rlforge.strategies import MonarchStrategy
 from tests.strategies.conftest import column

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
+
 from rlforge import GRPOModule, RLDataModule, RLTrainer, SamplingParams, TorchGenerator
 from rlforge.data import collate_episodes
 from rlforge.errors import WorkerError

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
+
 from rlforge.errors import ConfigError
 from rlforge.strategies.weights import FlatLayout, WeightPublisher, WeightReceiver, pack, unpack
 
