@@ -45,6 +45,16 @@ _warm_lock = threading.Lock()
 _warm = False
 
 
+def _drop_timeout_notice(record: logging.LogRecord) -> bool:
+    # math-verify's signal timeouts are off on purpose (call_with_deadline bounds the time); its warning that
+    # they are off is addressed to us, not to the user.
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.grader", "math_verify.parser"):
+    logging.getLogger(_name).addFilter(_drop_timeout_notice)
+
+
 def _warm_up() -> None:
     """Import math-verify and run it once outside any time limit (lazy parser set-up must not be cut)."""
     global _warm
