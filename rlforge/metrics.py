@@ -48,23 +48,69 @@ def reduction_of(name: str) -> str:
     return _REDUCE_BY_NAME.get(name, "mean")
 
 
-def reduce_values(values: Sequence[float], reduce: str = "mean") -> float:
-    """Reduces one step's values of a metric through a torchmetrics aggregator in float64.
+class _StepMean(MeanMetric):
+    """``MeanMetric`` fed a whole step at once, summed in order in float64 (the mean of Python floats, bit for bit)."""
 
-    Values are added one at a time, in order, so a mean is bit-identical to ``sum(values) / len(values)``. NaN
-    and inf are kept (a skipped step's non-finite loss must show in the logs).
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.mean_value += sum(values)  # Python's left-to-right float sum, then 0.0 + s: exact
+        self.weight += len(values)
+
+
+class _StepSum(SumMetric):
+    """``SumMetric`` fed a whole step at once, summed in order in float64."""
+
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.sum_value += sum(values)
+
+
+class _StepMax(MaxMetric):
+    """``MaxMetric`` fed a whole step at once."""
+
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.max_value = torch.maximum(self.max_value, torch.tensor(values, dtype=torch.float64).max())
+
+
+_AGGREGATORS = {"mean": _StepMean, "sum": _StepSum, "max": _StepMax}
+
+
+class StepReducer:
+    """Reduces each step's logged values per metric name through persistent torchmetrics aggregators.
+
+    One aggregator per name, created on first use and reset after each step (constructing a ``Metric`` costs
+    milliseconds; reusing one costs microseconds). Values are kept as logged, NaN and inf included.
+    """
+
+    def __init__(self) -> None:
+        self._metrics: dict[tuple[str, str], Metric] = {}
+
+    def reduce(self, name: str, values: Sequence[float], reduce: str = "mean") -> float:
+        """The ``reduce`` of ``values`` (at least one), logged under ``name`` this step.
+
+        Args:
+            name: Metric name.
+            values: The values logged this step, in order.
+            reduce: ``mean``, ``sum`` or ``max``.
+        """
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
+        metric = self._metrics.get((name, reduce))
+        if metric is None:
+            metric = _AGGREGATORS[reduce](nan_strategy="disable").set_dtype(torch.float64)
+            self._metrics[(name, reduce)] = metric
+        metric.update([float(v) for v in values])
+        value = float(metric.compute())
+        metric.reset()
+        return value
+
+
+def reduce_values(values: Sequence[float], reduce: str = "mean") -> float:
+    """One-off reduction of ``values`` (``mean``/``sum``/``max``) through a fresh torchmetrics aggregator.
 
     Args:
-        values: The values logged this step (at least one).
+        values: At least one value.
         reduce: ``mean``, ``sum`` or ``max``.
     """
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"reduce={reduce!r}; choose one of {', '.join(REDUCTIONS)}")
-    cls = {"mean": MeanMetric, "sum": SumMetric, "max": MaxMetric}[reduce]
-    metric = cls(nan_strategy="disable").to(torch.float64)
-    for value in values:
-        metric.update(torch.tensor(float(value), dtype=torch.float64))
-    return float(metric.compute())
+    return StepReducer().reduce("", values, reduce)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

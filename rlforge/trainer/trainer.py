@@ -23,7 +23,7 @@ from rlforge.checkpoint_io import seed_everything
 from rlforge.data import RLDataModule, collate_episodes
 from rlforge.errors import ConfigError, NonFiniteError
 from rlforge.loggers import CSVLogger, Logger
-from rlforge.metrics import reduce_values, reduction_of, register_reduction, rollout_metrics
+from rlforge.metrics import StepReducer, reduction_of, register_reduction, rollout_metrics
 from rlforge.module import RLModule
 from rlforge.shaping import dynamic_sample, mask_truncated
 from rlforge.strategies import LocalStrategy, Strategy
@@ -368,7 +368,8 @@ class RLTrainer:
 
     def _flush_metrics(self) -> dict[str, float]:
         """Reduces what was logged this step (torchmetrics aggregators), sends it to the loggers and returns it."""
-        metrics = {k: reduce_values(v, reduction_of(k)) for k, v in self._step_metrics.items() if v}
+        reducer = self.__dict__.setdefault("_reducer", StepReducer())  # one per trainer: aggregators are reused
+        metrics = {k: reducer.reduce(k, v, reduction_of(k)) for k, v in self._step_metrics.items() if v}
         self._step_metrics = defaultdict(list)
         self.callback_metrics.update(metrics)
         for logger in self.loggers:
