@@ -24,6 +24,7 @@ import torchmetrics
 from rlforge.callbacks.progress import ProgressBar
 from rlforge.cli import run
 from rlforge.data import collate_episodes
+from rlforge.errors import DataError
 from rlforge.losses import CISPOLoss, DAPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, ReinforceLoss, SAPOLoss
 from rlforge.losses.reinforce import SimpleGRPOLoss
 from rlforge.metrics import PassAtK, ValAccuracy, pass_at_k, rollout_metrics, validation_metrics
@@ -150,10 +151,12 @@ def test_completion_seed_fields_only():
     assert c.prompt_ids == [] and c.stop_reason == "stop" and c.metadata == {"sampler": "seed"}
     assert Completion(text="", token_ids=[], logprobs=[], metadata={}).prompt_ids is not c.prompt_ids
     episodes = [Episode("p", "42", c, reward=1.0), Episode("p", "42", Completion("4", [7], [-1.0], [1, 2]))]
-    batch = collate_episodes(episodes, pad_token_id=0)
-    assert batch.prompt_len == 2 and batch.input_ids[0].tolist() == [0, 0, 5, 6]
-    assert batch.attention_mask[0].tolist() == [0, 0, 1, 1] and batch.response_mask[0].tolist() == [1, 1]
     assert rollout_metrics([episodes], policy_version=0)["rollout/response_len"] == 1.5
+    with pytest.raises(DataError, match=r"episode 0 has empty completion.prompt_ids"):  # not a silent mis-shift
+        collate_episodes(episodes, pad_token_id=0)
+    c.prompt_ids = [3]
+    batch = collate_episodes(episodes, pad_token_id=0)
+    assert batch.input_ids[0].tolist() == [0, 3, 5, 6] and batch.response_mask[0].tolist() == [1, 1]
 
 
 # ------------------------------------------------------------------------- case 7: ReinforceLoss clip_ratio
