@@ -114,15 +114,6 @@ def run(argv: Sequence[str] | None = None) -> Any:
     return trainer.validate(init.module, init.data, ckpt_path=stage_config.ckpt_path)
 
 
-def _quiet_third_party_progress() -> None:
-    # Per-file download/load bars from transformers/datasets drown rlforge's own progress output.
-    import datasets
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-
-
 _NOISE = (
     "Parser key",
     "Problem with given class_path",
@@ -151,7 +142,6 @@ def _rlforge_cause(err: BaseException) -> RLForgeError | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: errors become one line on stderr and exit code 2."""
-    _quiet_third_party_progress()
     # Like `python -m`, let YAML class_paths name modules of the current project (e.g. examples.custom_loss).
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

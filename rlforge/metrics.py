@@ -1,4 +1,9 @@
-"""RL metrics computed from rollouts and validation samples (names are API, see DESIGN.md)."""
+"""RL metrics computed from rollouts and validation samples, and how each metric is reduced over a step.
+
+Names are API (see DESIGN.md). Per-step reductions and validation scores are ``torchmetrics`` metrics, so they
+sync across ranks when a process group is initialised. Reductions run in float64: a step mean equals
+``sum(values) / len(values)`` of the logged Python floats bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,106 @@ import math
 import statistics
 from collections.abc import Sequence
 
+import torch
+from torchmetrics import Metric
+from torchmetrics.aggregation import MaxMetric, MeanMetric, SumMetric
+
 from rlforge.types import Group
+
+REDUCTIONS = ("mean", "sum", "max")
+
+_REDUCE_BY_NAME: dict[str, str] = {
+    # Counts: how many things happened in the step, not an average.
+    "reward/errors": "sum",
+    "train/skipped_steps": "sum",
+    "rollout/restarts": "sum",
+    "rollout/dropped_stale": "sum",
+}
+
+DEFAULT_PASS_SAMPLES = 4
+"""Samples per validation prompt for ``val/pass@1``/``val/pass@n`` when validation itself is greedy."""
+
+
+def register_reduction(name: str, reduce: str) -> None:
+    """Sets how ``name`` is reduced when it is logged several times in one step (default ``mean``).
+
+    Args:
+        name: Metric name, e.g. ``reward/errors``.
+        reduce: ``mean``, ``sum`` or ``max``.
+    """
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
+    _REDUCE_BY_NAME[name] = reduce
+
+
+def reduction_of(name: str) -> str:
+    """The registered reduction of ``name`` (``mean`` unless registered otherwise)."""
+    return _REDUCE_BY_NAME.get(name, "mean")
+
+
+class _StepMean(MeanMetric):
+    """``MeanMetric`` fed a whole step at once, summed in order in float64 (the mean of Python floats, bit for bit)."""
+
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.mean_value += sum(values)  # Python's left-to-right float sum, then 0.0 + s: exact
+        self.weight += len(values)
+
+
+class _StepSum(SumMetric):
+    """``SumMetric`` fed a whole step at once, summed in order in float64."""
+
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.sum_value += sum(values)
+
+
+class _StepMax(MaxMetric):
+    """``MaxMetric`` fed a whole step at once."""
+
+    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+        self.max_value = torch.maximum(self.max_value, torch.tensor(values, dtype=torch.float64).max())
+
+
+_AGGREGATORS = {"mean": _StepMean, "sum": _StepSum, "max": _StepMax}
+
+
+class StepReducer:
+    """Reduces each step's logged values per metric name through persistent torchmetrics aggregators.
+
+    One aggregator per name, created on first use and reset after each step (constructing a ``Metric`` costs
+    milliseconds; reusing one costs microseconds). Values are kept as logged, NaN and inf included.
+    """
+
+    def __init__(self) -> None:
+        self._metrics: dict[tuple[str, str], Metric] = {}
+
+    def reduce(self, name: str, values: Sequence[float], reduce: str = "mean") -> float:
+        """The ``reduce`` of ``values`` (at least one), logged under ``name`` this step.
+
+        Args:
+            name: Metric name.
+            values: The values logged this step, in order.
+            reduce: ``mean``, ``sum`` or ``max``.
+        """
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
+        metric = self._metrics.get((name, reduce))
+        if metric is None:
+            metric = _AGGREGATORS[reduce](nan_strategy="disable").set_dtype(torch.float64)
+            self._metrics[(name, reduce)] = metric
+        metric.update([float(v) for v in values])
+        value = float(metric.compute())
+        metric.reset()
+        return value
+
+
+def reduce_values(values: Sequence[float], reduce: str = "mean") -> float:
+    """One-off reduction of ``values`` (``mean``/``sum``/``max``) through a fresh torchmetrics aggregator.
+
+    Args:
+        values: At least one value.
+        reduce: ``mean``, ``sum`` or ``max``.
+    """
+    return StepReducer().reduce("", values, reduce)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,6 +126,54 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+class ValAccuracy(Metric):
+    """``val/accuracy``: the mean over prompts of the fraction of each prompt's samples that are correct."""
+
+    full_state_update = False
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.add_state("score", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("prompts", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, correct: Sequence[Sequence[bool]]) -> None:
+        """Adds prompts: ``correct[i][j]`` is whether sample ``j`` of prompt ``i`` was right."""
+        for row in correct:
+            if row:
+                self.score += sum(bool(x) for x in row) / len(row)
+                self.prompts += 1
+
+    def compute(self) -> torch.Tensor:
+        return self.score / self.prompts.clamp(min=1.0)
+
+
+class PassAtK(Metric):
+    """``val/pass@k``: the unbiased pass@k estimate averaged over prompts (each with ``n >= k`` samples).
+
+    Args:
+        k: Budget.
+    """
+
+    full_state_update = False
+
+    def __init__(self, k: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        if k < 1:
+            raise ValueError(f"PassAtK needs k >= 1, got {k}")
+        self.k = k
+        self.add_state("score", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("prompts", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, correct: Sequence[Sequence[bool]]) -> None:
+        """Adds prompts: ``correct[i][j]`` is whether sample ``j`` of prompt ``i`` was right."""
+        for row in correct:
+            self.score += pass_at_k(len(row), sum(bool(x) for x in row), self.k)
+            self.prompts += 1
+
+    def compute(self) -> torch.Tensor:
+        return self.score / self.prompts.clamp(min=1.0)
 
 
 def rollout_metrics(groups: Sequence[Group], policy_version: int) -> dict[str, float]:
@@ -40,13 +192,28 @@ def rollout_metrics(groups: Sequence[Group], policy_version: int) -> dict[str, f
     }
 
 
-def validation_metrics(correct: Sequence[Sequence[bool]]) -> dict[str, float]:
-    """``val/accuracy`` (mean correctness over all samples) and ``val/pass@k`` when k > 1 samples per prompt."""
+def validation_metrics(
+    correct: Sequence[Sequence[bool]], sampled: Sequence[Sequence[bool]] | None = None
+) -> dict[str, float]:
+    """``val/accuracy`` of ``correct``, and ``val/pass@1``/``val/pass@n`` of the ``n`` samples per prompt.
+
+    The pass@k samples are ``sampled`` when given (greedy validation plus a sampled pass), else ``correct``
+    itself when it has ``n > 1`` samples per prompt.
+
+    Args:
+        correct: Correctness of each validation sample, one row per prompt.
+        sampled: Correctness of extra temperature samples for pass@k, one row of ``n`` per prompt.
+    """
     if not correct:
         return {}
-    accuracy = statistics.fmean(statistics.fmean(row) for row in correct)
-    metrics = {"val/accuracy": accuracy}
-    k = len(correct[0])
-    if k > 1:
-        metrics[f"val/pass@{k}"] = statistics.fmean(pass_at_k(len(row), sum(row), k) for row in correct)
+    accuracy = ValAccuracy()
+    accuracy.update(correct)
+    metrics = {"val/accuracy": float(accuracy.compute())}
+    rows = sampled if sampled else correct
+    n = min(len(row) for row in rows)
+    if n > 1:
+        for k in sorted({1, n}):
+            metric = PassAtK(k)
+            metric.update(rows)
+            metrics[f"val/pass@{k}"] = float(metric.compute())
     return metrics

@@ -17,6 +17,9 @@ PANELS = (
     ("rollout/response_len", "response length (tokens)", None),
 )
 
+# Why a panel's metric can be absent from a healthy run (unmeasured metrics are not logged as 0).
+_ABSENT_BECAUSE = {"train/kl": "not measured: beta = 0 and no KLMonitor"}
+
 
 def find_metrics(run_dir: str | Path) -> Path:
     """``run_dir/metrics.csv``, else the newest ``metrics.csv`` below ``run_dir``."""
@@ -71,7 +74,8 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         if shown:
             ax.legend(loc="best", fontsize=8)
         else:
-            ax.text(0.5, 0.5, f"{key} not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+            why = _ABSENT_BECAUSE.get(key, "not logged")
+            ax.text(0.5, 0.5, f"{key}\n{why}", ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.suptitle(str(metrics_csv.parent))
     out = Path(output) if output else metrics_csv.parent / "curves.png"
     out.parent.mkdir(parents=True, exist_ok=True)

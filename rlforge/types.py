@@ -16,7 +16,8 @@ class Completion:
         text: Decoded response text (special tokens removed).
         token_ids: Sampled token ids, including the stop token when one ended the sequence.
         logprobs: The sampler's log-probability of each token in ``token_ids`` (always filled).
-        prompt_ids: Token ids of the prompt the response continues.
+        prompt_ids: Token ids of the prompt the response continues (default empty: torchforge's
+            ``Completion(text, token_ids, logprobs, metadata)`` leaves it out; the trainer's own samplers fill it).
         stop_reason: ``"stop"`` (a stop token was sampled) or ``"length"`` (``max_new_tokens`` hit).
         policy_version: Version of the weights the sampler used.
         metadata: Free-form extras (e.g. sampler name).
@@ -25,7 +26,7 @@ class Completion:
     text: str
     token_ids: list[int]
     logprobs: list[float]
-    prompt_ids: list[int]
+    prompt_ids: list[int] = field(default_factory=list)
     stop_reason: str = "stop"
     policy_version: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -100,4 +100,4 @@ def test_validate_reports_accuracy(tiny_policy_dir, tmp_path, capsys, stage):
     from rlforge.cli import run
 
     metrics = run([stage, *_fast_flags(tiny_policy_dir, tmp_path)])
-    assert set(metrics) == {"val/accuracy"} and 0.0 <= metrics["val/accuracy"] <= 1.0
+    assert set(metrics) == {"val/accuracy", "val/pass@1", "val/pass@4"} and 0.0 <= metrics["val/accuracy"] <= 1.0

@@ -84,7 +84,7 @@ class KLMonitor(Callback):
         if kl is None:
             raise ConfigError(
                 f"KLMonitor: step {trainer.global_step} logged no train/kl; the loss must record last_metrics['kl'] "
-                "(every rlforge PolicyLoss does)"
+                "(every rlforge PolicyLoss does when it gets ref_logprobs)"
             )
         if self.target is not None:
             error = min(max(kl / self.target - 1.0, -0.2), 0.2)

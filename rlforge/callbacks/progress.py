@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -57,7 +58,11 @@ class ProgressBar(Callback):
             self.console.print(f"step {trainer.global_step}/{trainer.max_steps} {text}", highlight=False)
 
     def on_validation_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        shown = [f"{k}={v[-1]:.3f}" for k, v in sorted(trainer._step_metrics.items()) if k.startswith("val/") and v]
+        shown = [
+            f"{k}={_format(v[-1], '.3f')}"
+            for k, v in sorted(trainer._step_metrics.items())
+            if k.startswith("val/") and v
+        ]
         if shown:
             self.console.print(f"step {trainer.global_step}: {' '.join(shown)}", highlight=False)
 
@@ -81,6 +86,14 @@ class ProgressBar(Callback):
             ("train/loss", "loss", ".4f"),
             ("perf/tokens_per_s", "tok/s", ".0f"),
         ):
-            if key in metrics:
-                parts.append(f"{label}={metrics[key]:{fmt}}")
+            if key in metrics:  # unmeasured metrics (e.g. train/kl without a reference) are absent, not 0
+                parts.append(f"{label}={_format(metrics[key], fmt)}")
         return " ".join(parts)
+
+
+def _format(value: float, fmt: str) -> str:
+    """``value`` in ``fmt`` without a sign on a value that rounds to zero (``-0.0000`` reads as a negative loss)."""
+    text = f"{value:{fmt}}"
+    if text.startswith("-") and math.isfinite(value) and float(text) == 0.0:
+        return text[1:]
+    return text

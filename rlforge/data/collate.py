@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlforge.errors import DataError
 from rlforge.types import Episode, TrainBatch
 
 
@@ -17,6 +18,12 @@ def collate_episodes(episodes: Sequence[Episode], pad_token_id: int, device: tor
     """
     if not episodes:
         raise ValueError("collate_episodes: no episodes to collate")
+    for i, ep in enumerate(episodes):
+        if not ep.completion.prompt_ids:  # the seed's Completion has no prompt_ids field: it defaults to []
+            raise DataError(
+                f"collate_episodes: episode {i} has empty completion.prompt_ids; the update scores the response "
+                "given the prompt, so set Completion(prompt_ids=...) to the prompt's token ids"
+            )
     prompt_len = max(len(e.completion.prompt_ids) for e in episodes)
     resp_len = max(1, max(len(e.completion.token_ids) for e in episodes))
     batch = len(episodes)

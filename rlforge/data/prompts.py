@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlforge.errors import ConfigError, DataError
+from rlforge.progress_bars import quiet_loading_bars
 from rlforge.rewards.extract import extract_boxed, extract_hash
 
 __all__ = [
@@ -77,11 +78,13 @@ def read_records(
         if builder is None:
             raise DataError(f"{path}: unsupported data file type {suffix!r} (use .json, .jsonl or .parquet)")
         try:
-            return datasets.load_dataset(builder, data_files=str(file), split="train")
+            with quiet_loading_bars():
+                return datasets.load_dataset(builder, data_files=str(file), split="train")
         except Exception as err:  # datasets raises many types for malformed files
             raise DataError(f"{path}: cannot be read as {builder}: {_one_line(err)}") from err
     try:
-        return datasets.load_dataset(path, name, split=split, streaming=streaming)
+        with quiet_loading_bars():
+            return datasets.load_dataset(path, name, split=split, streaming=streaming)
     except Exception as err:  # unreachable hub, unknown id/config/split, ...
         where = "local dataset folder" if file.exists() else "hub dataset (needs network or the HF cache)"
         config = f" config {name!r}" if name else ""

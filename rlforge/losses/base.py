@@ -19,7 +19,7 @@ from rlforge.losses.kl import MAX_LOG_RATIO, kl_estimate
 
 @dataclass
 class LossInputs:
-    """Loss inputs cast to the compute dtype (fp32, or fp64 for fp64 inputs), padding zeroed.
+    """Loss inputs cast to the compute dtype (fp32, or fp64 when any input is fp64), padding zeroed.
 
     Attributes:
         logprobs: ``log π_θ`` ``[B, T]``, carries the gradient.
@@ -43,9 +43,10 @@ class LossInputs:
         return (self.logprobs - self.old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
-def compute_dtype(tensor: Tensor) -> torch.dtype:
-    """fp64 for fp64 inputs, fp32 for everything else (bf16/fp16 logprobs are upcast)."""
-    return torch.float64 if tensor.dtype == torch.float64 else torch.float32
+def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
+    """fp64 when any floating input is fp64, else fp32 (bf16/fp16 are upcast; nothing is ever cast down)."""
+    wide = any(t is not None and t.dtype == torch.float64 for t in tensors)
+    return torch.float64 if wide else torch.float32
 
 
 @torch.no_grad()
@@ -115,7 +116,7 @@ class PolicyLoss(nn.Module):
                 f"logprobs and padding_mask must both be [B, T]; got {tuple(logprobs.shape)} "
                 f"and {tuple(padding_mask.shape)}"
             )
-        dtype = compute_dtype(logprobs)
+        dtype = compute_dtype(logprobs, old_logprobs, ref_logprobs, advantages)
         valid = padding_mask != 0
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(-1)
@@ -134,6 +135,8 @@ class PolicyLoss(nn.Module):
     def _kl_penalty(self, x: LossInputs, estimator: str = "k3", ratio: Tensor | None = None) -> Tensor | float:
         """``beta · KL`` per token (times ``ratio`` when given); records ``kl`` in ``self.last_metrics``.
 
+        ``kl`` is recorded only when it was measured (``ref_logprobs`` given): an unmeasured KL is absent, not 0.
+
         Raises:
             ConfigError: ``beta > 0`` but no ``ref_logprobs`` were passed.
         """
@@ -143,7 +146,6 @@ class PolicyLoss(nn.Module):
                     f"{type(self).__name__}.beta={self.beta} > 0 needs ref_logprobs; pass the reference "
                     "model's logprobs or set beta=0"
                 )
-            self.last_metrics["kl"] = 0.0
             return 0.0
         with torch.set_grad_enabled(self.beta > 0 and torch.is_grad_enabled()):
             kl = kl_estimate(estimator, x.logprobs, x.ref_logprobs)

@@ -15,7 +15,9 @@ class ReinforceLoss(PolicyLoss):
 
     .. code-block:: text
 
-        w_it = sg(clip(π_θ(o_it) / π_old(o_it), 1/c, c))     (no clip when ``clip_ratio`` is None)
+        w_it = sg(clip(π_θ(o_it) / π_old(o_it), lo, hi))     (no clip when ``clip_ratio`` is None)
+        [lo, hi] = [1 - c, 1 + c]  for 0 < c < 1   (torchforge's seed: ``ReinforceLoss(clip_ratio=0.2)``)
+        [lo, hi] = [1/c, c]        for c > 1       (a symmetric cap in log space: 10 means [0.1, 10])
         ℓ_it = -w_it Â_it log π_θ(o_it) + β D_it              (D = k3; β = 0 by default)
         L    = 1/G Σ_i 1/|o_i| Σ_t ℓ_it                       (seq-mean-token-mean)
 
@@ -24,16 +26,28 @@ class ReinforceLoss(PolicyLoss):
     Metrics: ``clip_frac`` (tokens whose weight was clipped), ``kl``, ``ratio_*``.
 
     Args:
-        clip_ratio: ``c > 1``; the weight is clipped to ``[1/c, c]`` (torchforge used ``[0.1, 10]``, i.e. 10).
+        clip_ratio: ``c`` in ``(0, 1)`` clips the weight to ``[1 - c, 1 + c]`` (PPO's ``ε``, e.g. 0.2);
+            ``c > 1`` clips it to ``[1/c, c]`` (e.g. 10 for ``[0.1, 10]``). ``c = 1`` is ambiguous and rejected;
             ``None`` leaves the weight unclipped.
         beta: KL penalty weight (0 by default; the attribute can be changed later by a KL controller).
     """
 
     def __init__(self, clip_ratio: float | None = None, beta: float = 0.0) -> None:
         super().__init__(beta=beta)
-        if clip_ratio is not None and clip_ratio <= 1:
-            raise ConfigError(f"clip_ratio={clip_ratio} must be > 1 (weights are clipped to [1/c, c]) or None")
+        if clip_ratio is not None and not (0 < clip_ratio < 1 or clip_ratio > 1):
+            raise ConfigError(
+                f"clip_ratio={clip_ratio} must be in (0, 1) (weights clipped to [1 - c, 1 + c]), > 1 "
+                "(clipped to [1/c, c]) or None"
+            )
         self.clip_ratio = clip_ratio
+
+    @property
+    def clip_range(self) -> tuple[float, float] | None:
+        """``(low, high)`` bounds of the importance weight, or ``None`` when unclipped."""
+        c = self.clip_ratio
+        if c is None:
+            return None
+        return (1 - c, 1 + c) if c < 1 else (1 / c, c)
 
     def forward(
         self,
@@ -46,10 +60,12 @@ class ReinforceLoss(PolicyLoss):
         x = self._prepare(logprobs, ref_logprobs, advantages, padding_mask, old_logprobs)
         ratio = torch.exp(x.log_ratio)
         weight = ratio.detach()
-        if self.clip_ratio is not None:
-            weight = weight.clamp(1 / self.clip_ratio, self.clip_ratio)
+        bounds = self.clip_range
+        if bounds is not None:
+            low, high = bounds
+            weight = weight.clamp(low, high)
             with torch.no_grad():
-                clipped = (ratio > self.clip_ratio) | (ratio < 1 / self.clip_ratio)
+                clipped = (ratio > high) | (ratio < low)
                 self.last_metrics["clip_frac"] = masked_fraction(clipped, x.valid)
         else:
             self.last_metrics["clip_frac"] = 0.0

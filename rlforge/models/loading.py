@@ -9,6 +9,7 @@ import torch
 
 from rlforge.errors import ConfigError
 from rlforge.imports import require
+from rlforge.progress_bars import quiet_loading_bars
 
 DEFAULT_POLICY = "rlforge/default-policy"
 """Alias of the tiny policy shipped inside the package (works offline)."""
@@ -75,13 +76,14 @@ def load_policy(
     check_backend(backend, backend_options)
     path = resolve_model_path(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if backend == "titan":
-            from rlforge.models.titan_policy import TitanPolicy
+        with quiet_loading_bars():
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            if backend == "titan":
+                from rlforge.models.titan_policy import TitanPolicy
 
-            model = TitanPolicy.from_pretrained(path, dtype=dtype, device=device, **(backend_options or {}))
-        else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+                model = TitanPolicy.from_pretrained(path, dtype=dtype, device=device, **(backend_options or {}))
+            else:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
     except OSError as err:
         hint = "" if Path(path).exists() else " (not a local folder: loading a hub id needs network or the HF cache)"
         raise ConfigError(f"model: cannot load {name_or_path!r}{hint}: {err}") from err

@@ -5,7 +5,8 @@ worker is retired and a fresh one takes its place, so the batch finishes about `
 the slow call started. Python cannot kill a thread, so the stuck call keeps running in the background
 until it returns (then its thread exits); the threads are daemons, so they never block interpreter
 exit. A call stuck in C code that holds the GIL (e.g. a huge integer power) also stalls the thread
-that watches the time limits; rewards must bound such work themselves (``MathReward`` does).
+that watches the time limits; rewards must bound such work themselves (``MathReward`` does) or run
+in killable processes (``RewardRunner(isolation="process")``, see ``_processes.py``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from rlforge.errors import ConfigError
 from rlforge.rewards._deadline import DeadlineExceeded, call_with_deadline
 from rlforge.rewards.extract import EXTRACTORS, strip_thinking
 from rlforge.rewards.normalize import is_too_costly, normalize_answer, parse_number
+from rlforge.rewards.powers import parse_power
 
 __all__ = ["MathReward"]
 
@@ -27,15 +28,31 @@ class _Gold(NamedTuple):
     costly: bool
 
 
+def _exact_number(text: str) -> Fraction | None:
+    """A plain number literal, or a number written as a small power (``2^{10}``, ``3 \\times 10^{5}``)."""
+    value = parse_number(text)
+    return value if value is not None else parse_power(text)
+
+
 @functools.lru_cache(maxsize=4096)
 def _prepare_target(target: str, max_chars: int) -> _Gold:
     text = normalize_answer(target, max_chars=max(max_chars, len(target)))
-    number = parse_number(text)
+    number = _exact_number(text)
     return _Gold(text, number, number is None and is_too_costly(text, closed_form=False))
 
 
 _warm_lock = threading.Lock()
 _warm = False
+
+
+def _drop_timeout_notice(record: logging.LogRecord) -> bool:
+    # math-verify's signal timeouts are off on purpose (call_with_deadline bounds the time); its warning that
+    # they are off is addressed to us, not to the user.
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.grader", "math_verify.parser"):
+    logging.getLogger(_name).addFilter(_drop_timeout_notice)
 
 
 def _warm_up() -> None:
@@ -98,10 +115,13 @@ class MathReward:
     Comparison: identical normalised text is correct. If the target is a plain number (``72``,
     ``-2.5``, ``3/4``, ``\\frac{3}{4}``), the answer must be a plain number too and is compared exactly
     as a fraction (``\\frac{1}{2}`` == ``0.5`` == ``1/2``, ``2.50`` == ``2.5``); expressions such as
-    ``1+1`` for target ``2`` are not answers and score 0 (nothing is evaluated). Otherwise the target
-    is symbolic and ``math-verify`` decides (LaTeX parsing only; symbolic equivalence such as
-    ``\\sqrt{12}`` == ``2\\sqrt{3}``). Answers that could make sympy run away (power towers, huge
-    exponents or literals, deep nesting, and sums/integrals/limits, which are not final answers) are
+    ``1+1`` for target ``2`` are not answers and score 0. The one evaluated form is a number written as a
+    power (``2^{10}`` == ``1024``, ``3 \\times 10^{5}`` == ``300000``; see
+    :func:`~rlforge.rewards.powers.parse_power`), computed exactly once its size is known to be small.
+    Otherwise the target is symbolic and ``math-verify`` decides (LaTeX parsing only; symbolic
+    equivalence such as ``\\sqrt{12}`` == ``2\\sqrt{3}``). Answers that could make sympy run away
+    (powers, nested or not, whose result would be too large; huge literals, deep nesting; sums,
+    integrals and limits, which are not final answers) are
     rejected before math-verify sees them. Percent signs are dropped: ``50%`` == ``50`` != ``0.5``.
 
     Time: math-verify's own timeouts use ``signal.alarm``, which only works in the main thread, so they
@@ -195,7 +215,7 @@ class MathReward:
         if answer == gold.text:
             return True
         if gold.number is not None:
-            value = parse_number(answer)
+            value = _exact_number(answer)
             return value is not None and value == gold.number
         if gold.costly or is_too_costly(answer, closed_form=True):
             return False

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlforge.errors import ConfigError, RewardError
+from rlforge.rewards._processes import ProcessPool
 from rlforge.rewards._workers import TIMED_OUT, TimedPool
 from rlforge.rewards.naming import unique_reward_names
 
@@ -78,8 +79,11 @@ class RewardRunner:
     spawn per batch). Time limits are per call, counted from when the call starts. Python cannot kill a
     thread: a timed-out call is abandoned and keeps running in the background until it returns (a fresh
     worker takes its place), so a reward that hangs forever leaks one thread per time-out; and a call
-    stuck in C code holding the GIL cannot be interrupted at all. ``MathReward`` avoids both.
-    Threads run in parallel only where rewards release the GIL (I/O, e.g. a remote judge).
+    stuck in C code holding the GIL cannot be interrupted at all. ``MathReward`` avoids both (it bounds
+    the cost of an answer before evaluating it). Threads run in parallel only where rewards release the
+    GIL (I/O, e.g. a remote judge). For rewards that may hang in C, ``isolation="process"`` runs the
+    calls in ``num_workers`` worker processes instead: an overdue call's process is killed (SIGKILL) and
+    replaced, so nothing keeps running; the reward functions must then be picklable.
 
     Reward names (for ``breakdown`` and metrics) follow
     :func:`~rlforge.rewards.naming.reward_name`: ``fn.name``, else the snake_case class name without
@@ -91,7 +95,8 @@ class RewardRunner:
         timeout_s: Time limit of one call in seconds; ``None`` runs the calls inline in the caller's
             thread with no limit (and no threads).
         max_error_frac: Largest fraction of a batch's samples on which any one reward may fail.
-        num_workers: Worker threads.
+        num_workers: Worker threads (or processes).
+        isolation: ``thread`` (default) or ``process`` (hard kill of overdue calls; picklable rewards).
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class RewardRunner:
         timeout_s: float | None = 5.0,
         max_error_frac: float = 0.1,
         num_workers: int = 4,
+        isolation: str = "thread",
     ) -> None:
         self.reward_fns = list(reward_fns)
         if not self.reward_fns:
@@ -121,23 +127,29 @@ class RewardRunner:
             raise ConfigError(f"RewardRunner.max_error_frac={max_error_frac}; it must be in [0, 1].")
         if num_workers < 1:
             raise ConfigError(f"RewardRunner.num_workers={num_workers}; it must be >= 1.")
+        if isolation not in ("thread", "process"):
+            raise ConfigError(f"RewardRunner.isolation={isolation!r}; choose 'thread' or 'process'.")
+        self.isolation = isolation
         self.weights = [float(w) for w in weights]
         self.timeout_s = timeout_s
         self.max_error_frac = float(max_error_frac)
         self.num_workers = num_workers
         self.names = unique_reward_names(self.reward_fns)
-        self._pool: TimedPool | None = None
+        self._pool: TimedPool | ProcessPool | None = None
         self._pool_lock = threading.Lock()
 
-    def _get_pool(self) -> TimedPool:
+    def _get_pool(self) -> TimedPool | ProcessPool:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = TimedPool(self.num_workers)
+                if self.isolation == "process":
+                    self._pool = ProcessPool(self.reward_fns, _score, self.num_workers)
+                else:
+                    self._pool = TimedPool(self.num_workers)
                 weakref.finalize(self, self._pool.close)
             return self._pool
 
     def close(self) -> None:
-        """Stop the idle worker threads (a later call starts new ones)."""
+        """Stop the idle workers (a later call starts new ones)."""
         with self._pool_lock:
             if self._pool is not None:
                 self._pool.close()
@@ -184,6 +196,9 @@ class RewardRunner:
                 if on_result(k, _score(fn, p, resp, t)):
                     cancelled = True
                     break
+        elif self.isolation == "process":
+            jobs = [(r, prompts[i], responses[i], targets[i]) for r in range(n_fns) for i in range(n)]
+            _, cancelled = self._get_pool().run(jobs, self.timeout_s, on_result)
         else:
             tasks = [lambda c=c: _score(*c) for c in calls]
             _, cancelled = self._get_pool().run(tasks, self.timeout_s, on_result)
@@ -220,5 +235,6 @@ class RewardRunner:
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("isolation", "thread")  # pickled before process isolation existed
         self.__dict__.update(state)
         self._pool_lock = threading.Lock()

@@ -23,7 +23,7 @@ from rlforge.checkpoint_io import seed_everything
 from rlforge.data import RLDataModule, collate_episodes
 from rlforge.errors import ConfigError, NonFiniteError
 from rlforge.loggers import CSVLogger, Logger
-from rlforge.metrics import rollout_metrics, validation_metrics
+from rlforge.metrics import StepReducer, reduction_of, register_reduction, rollout_metrics
 from rlforge.module import RLModule
 from rlforge.shaping import dynamic_sample, mask_truncated
 from rlforge.strategies import LocalStrategy, Strategy
@@ -31,6 +31,7 @@ from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
 from rlforge.trainer.manifest import write_manifest
 from rlforge.trainer.progress import Progress
+from rlforge.trainer.validation import validate_rows
 from rlforge.types import Group, TrainBatch
 
 _DEFAULT_STRATEGY = lazy_instance(LocalStrategy)
@@ -347,21 +348,10 @@ class RLTrainer:
         call_hook(self, "on_validation_start")
         rows = self.datamodule.val_dataset()
         if rows:
-            module = self.module
-            was_training = module.policy.training
-            module.policy.eval()
-            prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]
-            completions = self.strategy.generate_with_policy(module, prompt_ids, module.val_sampling)
-            module.policy.train(was_training)
-            correct = [
-                [module.is_correct(row["prompt"], c.text, str(row["target"])) for c in group]
-                for row, group in zip(rows, completions, strict=True)
-            ]
-            if any(str(row.get("target", "")) for row in rows):
-                for name, value in validation_metrics(correct).items():
-                    self._log_metric(name, value)
-            if module.supervised:
-                self._log_metric("val/loss", module.validation_loss(rows))
+            for name, value in validate_rows(self.module, self.strategy, rows).items():
+                self._log_metric(name, value)
+            if self.module.supervised:
+                self._log_metric("val/loss", self.module.validation_loss(rows))
         call_hook(self, "on_validation_end")
 
     def _validate_and_log(self) -> None:
@@ -369,13 +359,17 @@ class RLTrainer:
         self._flush_metrics()
 
     # -------------------------------------------------------------------------------------- logging
-    def _log_metric(self, name: str, value: float) -> None:
+    def _log_metric(self, name: str, value: float, reduce: str | None = None) -> None:
+        """Records ``value`` for this step; ``reduce`` (``mean``/``sum``/``max``) overrides the name's registration
+        (``rlforge.metrics.register_reduction``; counts such as ``reward/errors`` are summed, the rest averaged)."""
+        if reduce is not None:
+            register_reduction(name, reduce)
         self._step_metrics[name].append(float(value))
 
     def _flush_metrics(self) -> dict[str, float]:
-        """Averages what was logged this step, sends it to the loggers and returns it."""
-        sums = {"train/skipped_steps", "reward/errors"}
-        metrics = {k: (sum(v) if k in sums else sum(v) / len(v)) for k, v in self._step_metrics.items() if v}
+        """Reduces what was logged this step (torchmetrics aggregators), sends it to the loggers and returns it."""
+        reducer = self.__dict__.setdefault("_reducer", StepReducer())  # one per trainer: aggregators are reused
+        metrics = {k: reducer.reduce(k, v, reduction_of(k)) for k, v in self._step_metrics.items() if v}
         self._step_metrics = defaultdict(list)
         self.callback_metrics.update(metrics)
         for logger in self.loggers:

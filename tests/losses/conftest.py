@@ -75,8 +75,17 @@ def trl_loss(
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
     num_items_in_batch: float | None = None,
+    float32_temperatures: bool = False,
 ) -> torch.Tensor:
-    """Runs TRL's ``GRPOTrainer._compute_loss`` on ``batch`` with ``logprobs`` standing in for the model output."""
+    """Runs TRL's ``GRPOTrainer._compute_loss`` on ``batch`` with ``logprobs`` standing in for the model output.
+
+    TRL builds SAPO's temperatures with ``torch.where(adv > 0, τ_pos, τ_neg)`` on Python floats, which makes a
+    float32 tensor (τ_neg = 1.05 becomes 1.0499999523). Unless ``float32_temperatures``, the temperatures are
+    passed as 0-dim tensors of the inputs' dtype, so TRL's formula runs in fp64 end to end.
+    """
+    if not float32_temperatures:
+        sapo_temperature_pos = torch.tensor(sapo_temperature_pos, dtype=logprobs.dtype)
+        sapo_temperature_neg = torch.tensor(sapo_temperature_neg, dtype=logprobs.dtype)
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     trainer = GRPOTrainer.__new__(GRPOTrainer)

@@ -85,7 +85,7 @@ def test_beta_needs_ref_and_is_mutable(cls, make_batch):
     batch = make_batch(seed=3)
     loss_fn = cls(beta=0.0)
     base = _call(loss_fn, batch, ref=False)
-    assert loss_fn.last_metrics["kl"] == 0.0  # beta 0 and no reference: KL reported as 0
+    assert "kl" not in loss_fn.last_metrics  # beta 0 and no reference: KL not measured, so not reported
     loss_fn.beta = 0.25  # what a KL controller callback does
     with pytest.raises(ConfigError, match="ref_logprobs"):
         _call(loss_fn, batch, ref=False)
@@ -180,7 +180,8 @@ def test_aggregation_modes_by_hand():
         lambda: CISPOLoss(clip_low=2.0),
         lambda: GSPOLoss(clip_high=-1.0),
         lambda: SAPOLoss(tau_pos=0.0),
-        lambda: ReinforceLoss(clip_ratio=0.5),
+        lambda: ReinforceLoss(clip_ratio=1.0),
+        lambda: ReinforceLoss(clip_ratio=0.0),
     ],
 )
 def test_invalid_config(build):

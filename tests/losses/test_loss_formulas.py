@@ -173,7 +173,8 @@ def reference(kind, rows, width, beta, **kw):
                 term, dterm = w * a * lp, w * a
             elif kind == "reinforce":
                 c = kw["clip_ratio"]
-                w = min(max(r, 1 / c), c)
+                lo, hi = (1 - c, 1 + c) if c < 1 else (1 / c, c)  # PPO-style ε below 1, a [1/c, c] cap above
+                w = min(max(r, lo), hi)
                 term, dterm = w * a * lp, w * a
             elif kind == "sapo":
                 tau = kw["tau_pos"] if a > 0 else kw["tau_neg"]
@@ -197,11 +198,14 @@ FORMULA_CASES = [
     ("gspo", lambda b: GSPOLoss(0.3, 0.4, beta=b), dict(eps_low=0.3, eps_high=0.4)),
     ("sapo", lambda b: SAPOLoss(0.7, 1.3, beta=b), dict(tau_pos=0.7, tau_neg=1.3)),
     ("reinforce", lambda b: ReinforceLoss(clip_ratio=2.0, beta=b), dict(clip_ratio=2.0)),
+    ("reinforce", lambda b: ReinforceLoss(clip_ratio=0.2, beta=b), dict(clip_ratio=0.2)),
 ]
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize(("kind", "factory", "kw"), FORMULA_CASES, ids=[c[0] for c in FORMULA_CASES])
+@pytest.mark.parametrize(
+    ("kind", "factory", "kw"), FORMULA_CASES, ids=[f"{c[0]}-{'-'.join(map(str, c[2].values()))}" for c in FORMULA_CASES]
+)
 def test_matches_paper_transcription(kind, factory, kw, beta, make_batch):
     batch = make_batch(seed=11, per_token_adv=kind != "gspo", spread=0.4)
     expected_loss, expected_grad = reference(kind, _rows(batch), batch["logprobs"].shape[1], beta, **kw)

@@ -13,11 +13,10 @@ import torch
 
 from rlforge.losses import CISPOLoss, DAPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, SAPOLoss
 
-ATOL = 1e-10
-# TRL builds SAPO's per-token temperatures with ``torch.where(adv > 0, τ_pos, τ_neg)`` on Python floats, which
-# yields a float32 tensor: τ_neg = 1.05 becomes 1.0499999523. rlforge keeps the compute dtype (fp64 here), so
-# exact parity needs the float32-rounded temperature; ``test_sapo_trl_float32_temperatures`` pins the difference.
-TAU_NEG_F32 = float(torch.tensor(1.05, dtype=torch.float32))
+ATOL = 1e-12
+# TRL builds SAPO's per-token temperatures from Python floats, a float32 tensor (τ_neg = 1.05 becomes 1.0499999523);
+# ``run_trl`` passes fp64 temperatures instead so TRL's formula is fp64 throughout, like rlforge's.
+# ``test_sapo_trl_float32_temperatures`` pins the difference TRL's own float32 temperatures make.
 
 # (id, rlforge factory(beta), TRL kwargs)
 CASES = [
@@ -42,7 +41,7 @@ CASES = [
     ),
     ("cispo", lambda b: CISPOLoss(beta=b), dict(loss_type="cispo", epsilon_high=5.0)),
     ("cispo-tight", lambda b: CISPOLoss(clip_high=1.5, beta=b), dict(loss_type="cispo", epsilon_high=1.5)),
-    ("sapo", lambda b: SAPOLoss(tau_neg=TAU_NEG_F32, beta=b), dict(loss_type="sapo")),
+    ("sapo", lambda b: SAPOLoss(beta=b), dict(loss_type="sapo")),
     (
         "sapo-temps",
         lambda b: SAPOLoss(tau_pos=0.5, tau_neg=2.0, beta=b),
@@ -139,5 +138,7 @@ def test_sapo_trl_float32_temperatures(make_batch, run_trl):
     batch = make_batch(seed=7)
     args = (batch["logprobs"], None, batch["advantages"], batch["padding_mask"], batch["old_logprobs"])
     ours = SAPOLoss()(*args)
-    theirs = run_trl(batch, batch["logprobs"], "sapo")
+    theirs = run_trl(batch, batch["logprobs"], "sapo", float32_temperatures=True)
     assert 1e-10 < (ours - theirs).abs().item() < 1e-6
+    exact = run_trl(batch, batch["logprobs"], "sapo")
+    assert (ours - exact).abs().item() <= 1e-12 * exact.abs().item()

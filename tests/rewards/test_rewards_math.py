@@ -122,6 +122,14 @@ CASES = [
     ("   \n  ", "72", 0.0),
     ("#### ", "72", 0.0),
     (r"\boxed{10^{10^{10}}}", "x", 0.0),
+    # --- a number written as a power is evaluated exactly (its size is bounded first)
+    (r"\boxed{2^{10}}", "1024", 1.0),
+    (r"\boxed{2^{10}}", "1025", 0.0),
+    (r"\boxed{3 \times 10^{5}}", "300000", 1.0),
+    (r"\boxed{(-2)^{3}}", "-8", 1.0),
+    (r"\boxed{10^{-2}}", "0.01", 1.0),
+    ("#### 1024", r"2^{10}", 1.0),
+    (r"\boxed{2^{100000}}", "1", 0.0),
     ("#### 72", "", 0.0),
 ]
 
@@ -225,7 +233,11 @@ def test_normalize_and_parse_number() -> None:
     ("answer", "costly"),
     [
         (r"10^{10^{10}}", True),
-        ("2^{1000}", True),
+        ("2^{100000}", True),
+        (r"(((9^{200})^{200})^{200})^{200}", True),  # each exponent small, the result 9^(1.6e9)
+        (r"9^{9^{9^{9}}}", True),
+        ("2^{1000}", False),  # cost, not syntax: a 1000-bit integer is cheap
+        (r"2^{2^{3}}", False),
         (r"\binom{999999}{5}", True),
         ("(999)!", True),
         (r"\sum_{i=1}^{n} i", True),

@@ -1,0 +1,48 @@
+"""Validation scoring: greedy ``val/accuracy`` plus a sampled pass for ``val/pass@1`` and ``val/pass@n``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from rlforge.generation import SamplingParams
+from rlforge.metrics import DEFAULT_PASS_SAMPLES, validation_metrics
+
+if TYPE_CHECKING:
+    from rlforge.module import RLModule
+    from rlforge.strategies import Strategy
+
+
+def pass_at_k_sampling(module: RLModule) -> SamplingParams | None:
+    """Sampling of the extra pass@k pass, or ``None`` when validation already samples ``n > 1`` per prompt.
+
+    Greedy validation (the default) says nothing about pass@k, so ``DEFAULT_PASS_SAMPLES`` samples per prompt
+    are drawn at the rollout temperature (``module.sampling``), with validation's ``max_new_tokens``.
+    """
+    val, rollout = module.val_sampling, getattr(module, "sampling", None)
+    if module.supervised or rollout is None or rollout.greedy or val.n > 1 or not val.greedy:
+        return None
+    return dataclasses.replace(rollout, n=DEFAULT_PASS_SAMPLES, max_new_tokens=val.max_new_tokens)
+
+
+def validate_rows(module: RLModule, strategy: Strategy, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """``val/*`` correctness metrics of ``module`` on ``rows`` (empty when no row has a target)."""
+    was_training = module.policy.training
+    module.policy.eval()
+    try:
+        prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]
+        completions = strategy.generate_with_policy(module, prompt_ids, module.val_sampling)
+        if not any(str(row.get("target", "")) for row in rows):
+            return {}
+        params = pass_at_k_sampling(module)
+        sampled = None if params is None else strategy.generate_with_policy(module, prompt_ids, params)
+    finally:
+        module.policy.train(was_training)
+
+    def score(groups: list[list[Any]]) -> list[list[bool]]:
+        return [
+            [module.is_correct(row["prompt"], c.text, str(row["target"])) for c in group]
+            for row, group in zip(rows, groups, strict=True)
+        ]
+
+    return validation_metrics(score(completions), None if sampled is None else score(sampled))
