@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lightning_utilities.core.imports import RequirementCache
 
-from rlforge.errors import ConfigError, MissingDependencyError
+from rlforge.errors import ConfigError, DataError, MissingDependencyError
 
 PANELS = (
     ("rollout/reward_mean", "reward (rollout mean)", "val/accuracy"),
@@ -35,15 +35,29 @@ def find_metrics(run_dir: str | Path) -> Path:
 def read_series(metrics_csv: Path) -> dict[str, tuple[list[int], list[float]]]:
     """Column -> (steps, values), skipping empty cells."""
     series: dict[str, tuple[list[int], list[float]]] = {}
-    with open(metrics_csv) as f:
-        for row in csv.DictReader(f):
-            step = int(row["step"])
+    with open(metrics_csv, encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            line = reader.line_num
+            step = int(_number(row.get("step"), metrics_csv, line, "step"))
             for key, cell in row.items():
-                if key != "step" and cell not in ("", None) and math.isfinite(value := float(cell)):
+                if (
+                    key != "step"
+                    and cell not in ("", None)
+                    and math.isfinite(value := _number(cell, metrics_csv, line, key))
+                ):
                     steps, values = series.setdefault(key, ([], []))
                     steps.append(step)
                     values.append(value)
     return series
+
+
+def _number(cell: str | list | None, metrics_csv: Path, line: int, column: str | None) -> float:
+    """A CSV cell as a float, or a one-line ``DataError`` naming the file, line and column."""
+    try:
+        return float(cell)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise DataError(f"{metrics_csv}: line {line}: column {column!r} is not a number: {cell!r}") from None
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:

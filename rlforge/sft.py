@@ -19,9 +19,10 @@ class SFTModule(PolicyModule):
 
     Args:
         model: ``rlforge/default-policy``, a local HF folder or a hub id.
-        lr: AdamW learning rate.
+        lr: AdamW learning rate. The default keeps the shipped policy's held-out accuracy from the first step
+            (1e-3 took it from 0.34 to 0.01 in one step: a fresh AdamW moves every weight by about ``lr``).
         weight_decay: AdamW weight decay.
-        warmup_steps: Linear LR warm-up length in optimizer steps.
+        warmup_steps: Linear LR warm-up length in optimizer steps (the first updates are the largest).
         max_length: Examples (and packed rows) are cut to this many tokens.
         packing: Pack several examples per row (less padding; see ``collate_sft``).
         micro_batch_size: Split each batch into micro-batches of this many rows and accumulate gradients
@@ -37,9 +38,9 @@ class SFTModule(PolicyModule):
     def __init__(
         self,
         model: str = DEFAULT_POLICY,
-        lr: float = 1e-3,
+        lr: float = 1e-4,
         weight_decay: float = 0.0,
-        warmup_steps: int = 0,
+        warmup_steps: int = 10,
         max_length: int = 256,
         packing: bool = False,
         micro_batch_size: int | None = None,

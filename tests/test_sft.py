@@ -120,7 +120,7 @@ def test_plain_text_sft_trains_on_every_token(tiny_policy_dir, tmp_path):
             "--data.train_file",
             str(data),
             "--data.prompt_field",
-            "null",
+            "",
             "--data.completion_field",
             "text",
             "--data.batch_size",

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlforge.data.files import read_local_file
 from rlforge.errors import ConfigError, DataError
 from rlforge.progress_bars import quiet_loading_bars
 from rlforge.rewards.extract import extract_boxed, extract_hash
@@ -30,6 +31,7 @@ __all__ = [
     "encode_chat_prompt",
     "extract_target",
     "load_prompt_rows",
+    "prompt_row",
     "read_records",
     "split_rows",
 ]
@@ -61,27 +63,21 @@ def read_records(
     """The raw records of a local data file or a hub dataset split (``datasets.load_dataset``).
 
     An existing local ``.json``/``.jsonl``/``.parquet`` file is read as its only split (``split`` and
-    ``name`` are ignored); anything else is passed to ``datasets.load_dataset(path, name, split=split,
-    streaming=streaming)`` (hub ids such as ``openai/gsm8k``, local dataset folders).
+    ``name`` are ignored) by :func:`~rlforge.data.files.read_local_file`; anything else is passed to
+    ``datasets.load_dataset(path, name, split=split, streaming=streaming)`` (hub ids such as ``openai/gsm8k``,
+    local dataset folders).
 
     Raises:
         DataError: one line naming the file or dataset id (a hub id needs network or the HF cache).
     """
-    import datasets
-
     file = Path(path)
     suffix = file.suffix.lower()
     if file.is_file() or (suffix in FILE_BUILDERS and not file.exists()):
         if not file.exists():
             raise DataError(f"data file not found: {path}")
-        builder = FILE_BUILDERS.get(suffix)
-        if builder is None:
-            raise DataError(f"{path}: unsupported data file type {suffix!r} (use .json, .jsonl or .parquet)")
-        try:
-            with quiet_loading_bars():
-                return datasets.load_dataset(builder, data_files=str(file), split="train")
-        except Exception as err:  # datasets raises many types for malformed files
-            raise DataError(f"{path}: cannot be read as {builder}: {_one_line(err)}") from err
+        return read_local_file(file)
+    import datasets
+
     try:
         with quiet_loading_bars():
             return datasets.load_dataset(path, name, split=split, streaming=streaming)
@@ -106,10 +102,14 @@ def extract_target(answer: str, target_format: str) -> str | None:
     else:
         check_target_format(target_format)
         target = answer
-    return target or None
+    return target if target.strip() else None
 
 
-_MISSING_ANSWER = {"gsm8k": "has no answer after '####'", "math": "has no non-empty \\boxed{...}"}
+MISSING_ANSWER = {
+    "plain": "is empty",
+    "gsm8k": "has no answer after '####'",
+    "math": "has no non-empty \\boxed{...}",
+}
 
 
 def field_value(record: dict[str, Any], field: str, key: str, source: str, index: int) -> str:
@@ -122,6 +122,8 @@ def field_value(record: dict[str, Any], field: str, key: str, source: str, index
         source: File path or dataset id, for the message.
         index: Row number, for the message.
     """
+    if not isinstance(record, dict):
+        raise DataError(f"{source}: row {index}: expected an object with named fields, got {type(record).__name__}")
     value = record.get(field)
     if value is None:
         raise DataError(f"{source}: row {index}: missing field {field!r} (set data.{key}_field to map another)")
@@ -129,6 +131,8 @@ def field_value(record: dict[str, Any], field: str, key: str, source: str, index
         raise DataError(
             f"{source}: row {index}: field {field!r} must be a string or number, got {type(value).__name__}"
         )
+    if isinstance(value, str) and not value.strip() and key != "target":
+        raise DataError(f"{source}: row {index}: field {field!r} is empty")
     return str(value)
 
 
@@ -164,21 +168,28 @@ def load_prompt_rows(
     for i, record in enumerate(read_records(path, split, name, streaming)):
         if limit is not None and i >= limit:
             break
-        row = {
-            key: field_value(record, field, key, path, i)
-            for key, field in (("prompt", question_field), ("target", answer_field))
-        }
-        target = extract_target(row["target"], target_format)
-        if target is None:
-            raise DataError(
-                f"{path}: row {i}: field {answer_field!r} {_MISSING_ANSWER[target_format]} "
-                f"(target_format={target_format!r})"
-            )
-        row["target"] = target
-        rows.append(row)
+        rows.append(prompt_row(record, path, i, question_field, answer_field, target_format))
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
+
+
+def prompt_row(
+    record: dict[str, Any], source: str, index: int, question_field: str, answer_field: str, target_format: str
+) -> dict[str, str]:
+    """One RL row ``{"prompt", "target"}`` of a raw record, or a one-line ``DataError`` naming source, row, field."""
+    row = {
+        key: field_value(record, field, key, source, index)
+        for key, field in (("prompt", question_field), ("target", answer_field))
+    }
+    target = extract_target(row["target"], target_format)
+    if target is None:
+        raise DataError(
+            f"{source}: row {index}: field {answer_field!r} {MISSING_ANSWER[target_format]} "
+            f"(target_format={target_format!r})"
+        )
+    row["target"] = target
+    return row
 
 
 def split_rows(

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from rlforge.data.prompts import field_value, read_records
-from rlforge.data.sampler import EpochSampler
-from rlforge.errors import ConfigError, DataError
+from rlforge.data.base import PromptDataModule
+from rlforge.data.prompts import MISSING_ANSWER, extract_target, field_value
+from rlforge.errors import DataError
 
 IGNORE_INDEX = -100
 
@@ -80,27 +80,51 @@ def collate_sft(
     return SFTBatch(input_ids, attention, position_ids, labels_t)
 
 
-class SFTDataModule:
-    """(prompt, completion) rows for ``rlforge sft``: a built-in task (its ``solution`` column) or local files.
+SFT_FIELDS = {
+    "plain": ("prompt", "solution", "target"),
+    "gsm8k": ("question", "answer", "answer"),
+    "math": ("problem", "solution", "solution"),
+}
+"""(prompt, completion, target) fields of each ``target_format``'s usual dataset (plain: the built-in tasks')."""
 
-    Plain-text corpora are supported with ``prompt_field: null``: the whole ``completion_field`` text is
-    trained on. The training order is a seeded shuffle per epoch, saved in checkpoints.
+
+class SFTDataModule(PromptDataModule):
+    """(prompt, completion) rows for ``rlforge sft``: a built-in task (its ``solution`` column), file or hub dataset.
+
+    The arguments are ``RLDataModule``'s, with the same names and meanings, plus ``completion_field``;
+    so a GSM8K run is ``--data.dataset openai/gsm8k --data.target_format gsm8k`` in both, and SFT's
+    ``val/accuracy`` compares the greedy answer with the number after ``####`` as RL's does. Plain-text
+    corpora are supported with ``prompt_field: ''``: the whole ``completion_field`` text is trained on.
+    The training order is a seeded shuffle per epoch, saved in checkpoints.
 
     Args:
-        task: Built-in task name; ignored when ``train_file`` is set.
-        train_file: Local ``.json``/``.jsonl``/``.parquet`` training file, or a hub dataset id (needs network
-            or the HF cache), e.g. ``openai/gsm8k``.
-        val_file: Local held-out file or hub id (``val/loss`` is computed on it); defaults to ``train_file``
-            when ``val_split`` is set.
+        task: Built-in task name (``addition``, ``reverse``, ``max``); ignored when ``dataset`` or
+            ``train_file`` is set.
+        train_file: Local ``.json``/``.jsonl``/``.parquet`` training file (or a hub id, like ``dataset``).
+        val_file: File of held-out rows (``val/loss``, ``val/accuracy``), read like the training data.
+        prompt_field: Column of the prompt (masked from the loss); ``null``: ``prompt`` (plain),
+            ``question`` (gsm8k), ``problem`` (math); ``''``: none, plain-text training.
+        target_field: Column the final answer is taken from (by ``target_format``); enables ``val/accuracy``.
+            ``null``: ``target`` (plain; optional there), ``answer`` (gsm8k), ``solution`` (math).
+        batch_size: Examples per optimizer step.
+        val_size: Use only the first ``val_size`` held-out rows (``None``: all).
+        seed: Seed of the task generator, of the shuffling and of the ``val_fraction`` split.
+        dataset: Hub dataset id (``openai/gsm8k``; needs network or the HF cache) or a local file;
+            exclusive with ``train_file``.
         dataset_config: Hub dataset configuration name (e.g. ``main`` for GSM8K).
         train_split: Hub split used for training.
-        val_split: Hub split used for validation (e.g. ``test``).
-        prompt_field: Column of the prompt (masked from the loss), or ``None`` for plain text.
-        completion_field: Column of the supervised completion (or the text).
-        target_field: Optional column of the final answer; enables ``val/accuracy`` by greedy decoding.
-        batch_size: Examples per optimizer step.
-        val_size: Use only the first ``val_size`` held-out rows.
-        seed: Seed of the task generator and of the shuffling.
+        val_split: Hub split of the held-out rows (``null``: none); not used for a local file, nor when
+            ``val_fraction`` or ``val_file`` is set.
+        target_format: How the answer is taken from ``target_field``: ``plain`` (as is), ``gsm8k`` (the
+            number after the last ``####``) or ``math`` (the last ``\\boxed{...}``).
+        val_fraction: Hold out this fraction of the training rows (seeded by ``seed``); 0 disables.
+        max_train_rows: Use at most this many training rows (``None``: all).
+        streaming: Stream the hub dataset instead of downloading it whole.
+        max_prompt_tokens: Longest prompt in tokens; ``null``: only the model's bound
+            (``max_position_embeddings`` minus the validation ``max_new_tokens``), which always applies too.
+        overlong_prompts: ``error`` (one line naming file and row) or ``skip`` (dropped and counted).
+        completion_field: Column of the supervised completion (or the text); ``null``: ``solution``
+            (plain, the built-in tasks' column), ``answer`` (gsm8k), ``solution`` (math).
     """
 
     def __init__(
@@ -108,72 +132,70 @@ class SFTDataModule:
         task: str | None = "addition",
         train_file: str | None = None,
         val_file: str | None = None,
-        dataset_config: str | None = None,
-        train_split: str = "train",
-        val_split: str | None = None,
-        prompt_field: str | None = "prompt",
-        completion_field: str = "solution",
-        target_field: str | None = "target",
+        prompt_field: str | None = None,
+        target_field: str | None = None,
         batch_size: int = 32,
         val_size: int | None = 100,
         seed: int = 0,
+        dataset: str | None = None,
+        dataset_config: str | None = None,
+        train_split: str = "train",
+        val_split: str | None = "test",
+        target_format: str = "plain",
+        val_fraction: float = 0.0,
+        max_train_rows: int | None = None,
+        streaming: bool = False,
+        max_prompt_tokens: int | None = None,
+        overlong_prompts: str = "error",
+        completion_field: str | None = None,
     ) -> None:
-        if task is None and train_file is None:
-            raise ConfigError("data: set either `task` (a built-in task) or `train_file`")
-        if batch_size < 1:
-            raise ConfigError(f"data.batch_size must be >= 1, got {batch_size}")
-        self.task, self.train_file, self.val_file = task, train_file, val_file
-        self.dataset_config, self.train_split, self.val_split = dataset_config, train_split, val_split
-        self.prompt_field, self.completion_field, self.target_field = prompt_field, completion_field, target_field
-        self.batch_size, self.val_size, self.seed = batch_size, val_size, seed
-        self.train_rows: list[dict[str, str]] = []
-        self.val_rows: list[dict[str, str]] = []
-        self._sampler: EpochSampler | None = None
+        super().__init__(
+            task=task,
+            train_file=train_file,
+            val_file=val_file,
+            batch_size=batch_size,
+            val_size=val_size,
+            seed=seed,
+            dataset=dataset,
+            dataset_config=dataset_config,
+            train_split=train_split,
+            val_split=val_split,
+            target_format=target_format,
+            val_fraction=val_fraction,
+            max_train_rows=max_train_rows,
+            streaming=streaming,
+            max_prompt_tokens=max_prompt_tokens,
+            overlong_prompts=overlong_prompts,
+        )
+        prompt, completion, target = SFT_FIELDS[target_format]
+        self.prompt_field = prompt if prompt_field is None else prompt_field
+        self.completion_field = completion_field or completion
+        self.target_field = target_field or target
 
-    def setup(self) -> None:
-        """Loads or generates the rows (idempotent)."""
-        if self.train_rows:
-            return
-        if self.train_file is not None:
-            self.train_rows = self._read(self.train_file, self.train_split)
-            val_source = self.val_file or (self.train_file if self.val_split else None)
-            self.val_rows = self._read(val_source, self.val_split or "train") if val_source else []
-        else:
-            from rlforge.data.tasks import make_task
+    @property
+    def prompt_column(self) -> str:
+        return self.prompt_field
 
-            splits = make_task(self.task, seed=self.seed)
-            self.train_rows = [self._row(r, "task", i) for i, r in enumerate(splits.train)]
-            self.val_rows = [self._row(r, "task", i) for i, r in enumerate(splits.val)]
-        if self.val_size is not None:
-            self.val_rows = self.val_rows[: self.val_size]
-        self._sampler = EpochSampler(len(self.train_rows), self.batch_size, self.seed)
+    def task_row(self, row: dict[str, str]) -> dict[str, str]:
+        return {"prompt": row["prompt"], "completion": row["solution"], "target": row["target"]}
 
-    def _read(self, path: str, split: str) -> list[dict[str, str]]:
-        records = read_records(path, split=split, name=self.dataset_config)
-        return [self._row(record, path, i) for i, record in enumerate(records)]
-
-    def _row(self, record: dict[str, Any], source: str, index: int) -> dict[str, str]:
-        row = {"prompt": "", "completion": "", "target": ""}
-        for key, field in (
-            ("prompt", self.prompt_field),
-            ("completion", self.completion_field),
-            ("target", self.target_field),
-        ):
-            if field is None or (key == "target" and record.get(field) is None):
-                continue  # the target is optional: it only enables val/accuracy
-            row[key] = field_value(record, field, key, source, index)
+    def make_row(self, record: dict[str, Any], source: str, index: int) -> dict[str, str]:
+        row = {"prompt": "", "target": ""}
+        if self.prompt_field:
+            if isinstance(record, dict) and record.get(self.prompt_field) is None:
+                raise DataError(
+                    f"{source}: row {index}: missing field {self.prompt_field!r} (set data.prompt_field to map "
+                    "another, or '' to train on plain text)"
+                )
+            row["prompt"] = field_value(record, self.prompt_field, "prompt", source, index)
+        row["completion"] = field_value(record, self.completion_field, "completion", source, index)
+        if self.target_format == "plain" and record.get(self.target_field) is None:
+            return row  # a plain target is optional: it only enables val/accuracy
+        target = field_value(record, self.target_field, "target", source, index)
+        row["target"] = extract_target(target, self.target_format) or ""
+        if not row["target"]:
+            raise DataError(
+                f"{source}: row {index}: field {self.target_field!r} {MISSING_ANSWER[self.target_format]} "
+                f"(target_format={self.target_format!r})"
+            )
         return row
-
-    def next_batch(self) -> list[dict[str, str]]:
-        """The next ``batch_size`` training rows."""
-        return [self.train_rows[i] for i in self._sampler.next_indices()]
-
-    def val_dataset(self) -> list[dict[str, str]]:
-        """Held-out rows."""
-        return self.val_rows
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._sampler.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._sampler.load_state_dict(state)

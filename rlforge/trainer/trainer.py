@@ -21,6 +21,7 @@ from jsonargparse import lazy_instance
 from rlforge.callbacks import Callback, ModelCheckpoint, ProgressBar, WeightSync
 from rlforge.checkpoint_io import seed_everything
 from rlforge.data import RLDataModule, collate_episodes
+from rlforge.data.limits import model_prompt_limit
 from rlforge.errors import ConfigError, NonFiniteError
 from rlforge.loggers import CSVLogger, Logger
 from rlforge.metrics import StepReducer, reduction_of, register_reduction, rollout_metrics
@@ -175,6 +176,10 @@ class RLTrainer:
         call_hook(self, "setup", stage)
         module.configure_model()
         self.datamodule.setup()
+        if hasattr(self.datamodule, "limit_prompt_lengths"):  # before any rollout: a 1 MB prompt would never finish
+            skipped = self.datamodule.limit_prompt_lengths(module.encode_prompt, *model_prompt_limit(module))
+            if skipped:
+                self._log_metric("data/skipped_prompts", skipped)
         self.strategy.setup(self, module)
         if stage == "fit":
             self._configure_optimizers()
