@@ -33,8 +33,10 @@ def _class_defaults(parser_or_action: Any, class_path: str) -> Namespace | dict[
     try:
         return typehints.ActionTypeHint.get_class_parser(class_path, sub_add_kwargs).get_defaults()
     except Exception:  # a class jsonargparse cannot describe: fall back to its plain signature
-        cls = typehints.import_object(class_path)
-        params = inspect.signature(cls).parameters.values()
+        try:
+            params = inspect.signature(typehints.import_object(class_path)).parameters.values()
+        except Exception:
+            return {}  # nothing known to drop; jsonargparse reports what is wrong with the class
         return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 

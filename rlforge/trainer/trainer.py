@@ -62,7 +62,7 @@ class RLTrainer:
         val_at_start: Also validate before the first step (logged at step 0).
         ppo_epochs: Passes over each rollout batch.
         minibatch_size: Episodes per optimizer step (``None``: the whole rollout batch).
-        grad_clip: Max global gradient norm (``None`` disables clipping).
+        grad_clip: Max global gradient norm, > 0 (``None`` disables clipping).
         max_consecutive_skips: Non-finite loss/gradient steps in a row that stop the run.
         seed: Seed of Python, NumPy, torch and the sampler.
         default_root_dir: Root of run folders and checkpoints.

@@ -25,7 +25,6 @@ from rlforge.cli import build_parser, run
 from rlforge.data import RLDataModule
 from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
-from rlforge.losses.call import call_loss
 from tests.helpers import char_reward, fast_flags, metric_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +104,8 @@ def test_negative_grad_clip_is_rejected(tmp_path):
 
 # ---------------------------------------------------------------- case 8: a plain nn.Module loss (the seed's)
 def test_seed_loss_value_matches_hand_computation():
+    from rlforge.losses.call import call_loss
+
     logprobs = [[-1.0, -2.0, -0.5], [-0.3, -1.2, -2.2]]
     ref = [[-1.5, -1.0, -0.5], [-0.4, -1.0, -1.0]]
     mask = [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
@@ -163,9 +164,9 @@ def test_os_system_reward_runs_nothing(tmp_path):
     config = tmp_path / "evil.yaml"
     payload = {"class_path": "os.system", "init_args": {"command": f"touch {marker}"}}
     config.write_text(yaml.safe_dump({"module": {"init_args": {"reward_fns": [payload]}}}))
-    line = _one_line_error(_cli("fit", "--config", str(config), "--trainer.default_root_dir", str(tmp_path / "r")))
-    assert "module.reward_fns" in line
+    result = _cli("fit", "--config", str(config), "--trainer.default_root_dir", str(tmp_path / "r"))
     assert not marker.exists()
+    assert "module.reward_fns" in _one_line_error(result)
 
 
 def test_rewards_are_reward_classes_or_functions():
