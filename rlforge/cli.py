@@ -192,16 +192,17 @@ _NOISE = (
     "Given value",
     "Does not validate",
     "Expected a <class 'NoneType'>",
+    "Expected a path but",  # jsonargparse also tries a class name as a config file path
 )
 
 
 def one_line_error(message: str) -> str:
-    """Condenses jsonargparse's nested error report into ``field.path: cause`` (the first specific cause)."""
+    """Condenses jsonargparse's nested error report into ``field.path: cause; other cause``."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     details = [line.removeprefix("- ") for line in lines]
-    causes = [line for line in details if not line.startswith(_NOISE)] or details
-    cause = causes[0] if causes else "invalid arguments"
+    causes = list(dict.fromkeys(line for line in details if not line.startswith(_NOISE))) or details
+    cause = "; ".join(causes) if causes else "invalid arguments"
     return f"{'.'.join(keys)}: {cause}" if keys else cause
 
 

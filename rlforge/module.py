@@ -19,7 +19,7 @@ from rlforge.data.prompts import encode_chat_prompt
 from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
-from rlforge.losses.call import call_loss, check_loss
+from rlforge.losses.call import LossModule, call_loss, check_loss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
@@ -242,7 +242,7 @@ class GRPOModule(PolicyModule):
     def __init__(
         self,
         model: str = DEFAULT_POLICY,
-        loss: nn.Module = _DEFAULT_LOSS,
+        loss: PolicyLoss | LossModule = _DEFAULT_LOSS,
         group_size: int = 8,
         sampling: SamplingParams = SamplingParams(max_new_tokens=8),  # noqa: B008 - immutable in practice
         val_sampling: SamplingParams | None = None,

@@ -14,6 +14,7 @@ The contract for a loss that is not a ``PolicyLoss``::
 from __future__ import annotations
 
 import inspect
+from typing import Protocol
 
 from torch import Tensor, nn
 
@@ -21,6 +22,13 @@ from rlforge.errors import ConfigError
 from rlforge.losses.base import PolicyLoss
 
 LOSS_ARGS = ("logprobs", "ref_logprobs", "advantages", "padding_mask")
+
+
+class LossModule(Protocol):
+    """A loss outside ``PolicyLoss`` (a config may name any class whose ``forward`` takes these, by name)."""
+
+    def forward(self, logprobs, ref_logprobs, advantages, padding_mask):  # noqa: ANN001, ANN201 - any types
+        """Returns the scalar loss; see the module docstring for the shapes."""
 
 
 def _parameters(loss: nn.Module) -> dict[str, inspect.Parameter]:

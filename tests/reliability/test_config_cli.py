@@ -156,6 +156,8 @@ def test_seed_loss_trains_from_python(tiny_policy_dir, tmp_path):
 def test_loss_without_the_contract_is_one_config_error():
     with pytest.raises(ConfigError, match="module.loss"):
         GRPOModule(loss=torch.nn.Linear(2, 2))
+    line = _one_line_error(_cli("fit", "--module.loss", "torch.nn.Linear", "--print_config"))
+    assert "module.loss" in line and "protocol LossModule" in line
 
 
 # -------------------------------------------------------------------------- case 10: configs cannot run code
