@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,6 +22,7 @@ from rlforge.losses import GRPOLoss, PolicyLoss
 from rlforge.losses.call import LossModule, call_loss, check_loss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
+from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
@@ -29,10 +30,6 @@ from rlforge.types import Group, TrainBatch
 if TYPE_CHECKING:
     import rlforge
 
-OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
-"""``torch.optim.SGD`` etc. by class_path: its ``init_args`` minus ``params``; called with the policy's parameters."""
-LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
-"""An LR scheduler by class_path: its ``init_args`` minus ``optimizer``; stepped once per RL step."""
 _DEFAULT_LOSS = lazy_instance(GRPOLoss)
 
 
@@ -160,13 +157,7 @@ class PolicyModule(RLModule):
         lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__()
-        # Checked before anything is loaded or a run folder exists (torch would only fail at the first step).
-        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps)):
-            if not value >= 0:
-                raise ConfigError(f"module.{name} must be >= 0, got {value}")
-        for name, value in (("optimizer", optimizer), ("lr_scheduler", lr_scheduler)):
-            if value is not None and not callable(value):
-                raise ConfigError(f"module.{name} must be a class_path (e.g. torch.optim.SGD), got {value!r}")
+        check_optimizer_args(type(self), lr, weight_decay, warmup_steps, optimizer, lr_scheduler)
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
         check_backend(backend, backend_options)
@@ -185,15 +176,14 @@ class PolicyModule(RLModule):
             )
 
     def configure_optimizers(self) -> dict[str, Any]:
-        if self.optimizer_factory is None:
-            optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        else:
-            optimizer = self.optimizer_factory(self.policy.parameters())
-        if self.lr_scheduler_factory is not None:
-            return {"optimizer": optimizer, "lr_scheduler": self.lr_scheduler_factory(optimizer)}
-        warmup = max(self.warmup_steps, 0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        return build_optimizers(
+            self.policy.parameters(),
+            self.lr,
+            self.weight_decay,
+            self.warmup_steps,
+            self.optimizer_factory,
+            self.lr_scheduler_factory,
+        )
 
 
 class GRPOModule(PolicyModule):

@@ -265,6 +265,9 @@ def test_optimizer_and_scheduler_by_class_path(tiny_policy_dir, tmp_path):
     # StepLR(step_size=1, gamma=0.1) stepped once per RL step: 0.05 -> 0.005 -> 0.0005.
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * 0.1**2)
     assert len(metric_rows(tmp_path)) == 2
+    # module.lr configures the default AdamW only: next to another optimizer it would be ignored, so it is refused.
+    with pytest.raises(ConfigError, match="module.lr only applies without module.optimizer"):
+        parser.instantiate(parser.parse_args(["fit", "--module.lr", "0.1", *extra]))
 
 
 # ------------------------------------------------------------------------- case 18: options are never abbreviated
