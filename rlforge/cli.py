@@ -11,6 +11,10 @@ Every run is described by three blocks, each settable from YAML (``--config``), 
 ``rlforge fit`` with no arguments runs the embedded offline default (``configs/default.yaml``).
 ``rlforge plot RUN_DIR`` draws a run's curves; ``rlforge export CKPT OUT_DIR`` writes a checkpoint's
 policy as a Hugging Face folder.
+
+Every option can also be set as ``RLFORGE_<STAGE>__<DOTTED__KEY>`` (``RLFORGE_FIT__TRAINER__MAX_STEPS=7``);
+options are never abbreviated. Configs are code: a ``class_path`` imports and constructs that class, so only
+run configs you trust (what a value may name is narrowed in ``rlforge.cli_settings``).
 """
 
 from __future__ import annotations
