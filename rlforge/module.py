@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,16 +19,17 @@ from rlforge.data.prompts import encode_chat_prompt
 from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
+from rlforge.losses.call import LossModule, call_loss, check_loss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
-from rlforge.rewards import MathReward, RewardRunner
+from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
+from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
 
 if TYPE_CHECKING:
     import rlforge
 
-RewardFn = Callable[[str, str, str], float]
 _DEFAULT_LOSS = lazy_instance(GRPOLoss)
 
 
@@ -137,7 +138,7 @@ class PolicyModule(RLModule):
     """An ``RLModule`` whose policy is an HF causal LM loaded by name, trained with AdamW and linear warm-up.
 
     The shared base of ``GRPOModule`` and ``SFTModule``; subclass it to keep that plumbing and write only
-    the algorithm.
+    the algorithm. ``optimizer``/``lr_scheduler`` replace AdamW(``lr``, ``weight_decay``) and the warm-up.
     """
 
     def __init__(
@@ -151,14 +152,19 @@ class PolicyModule(RLModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        *,
+        optimizer: OptimizerCallable | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__()
+        check_optimizer_args(type(self), lr, weight_decay, warmup_steps, optimizer, lr_scheduler)
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
         check_backend(backend, backend_options)
         self.model_name, self.dtype = model, dtype
         self.backend, self.backend_options = backend, dict(backend_options or {})
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.optimizer_factory, self.lr_scheduler_factory = optimizer, lr_scheduler
         self.chat_template, self.system_prompt = chat_template, system_prompt
 
     def configure_model(self) -> None:
@@ -170,10 +176,14 @@ class PolicyModule(RLModule):
             )
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        warmup = max(self.warmup_steps, 0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        return build_optimizers(
+            self.policy.parameters(),
+            self.lr,
+            self.weight_decay,
+            self.warmup_steps,
+            self.optimizer_factory,
+            self.lr_scheduler_factory,
+        )
 
 
 class GRPOModule(PolicyModule):
@@ -181,17 +191,20 @@ class GRPOModule(PolicyModule):
 
     Args:
         model: ``rlforge/default-policy`` (bundled, offline), a local HF folder or a hub id.
-        loss: The policy loss (``GRPOLoss``, ``DAPOLoss``, ``CISPOLoss``, ... or your own).
+        loss: The policy loss (``GRPOLoss``, ``DAPOLoss``, ``CISPOLoss``, ... or your own): a ``PolicyLoss``
+            or any ``nn.Module`` whose ``forward`` takes ``(logprobs, ref_logprobs, advantages, padding_mask)``
+            (see ``rlforge.losses.call`` for the shapes it gets).
         group_size: Completions sampled per prompt (G >= 2 for group-normalised advantages).
         sampling: Rollout sampling parameters (``n`` is set from ``group_size``).
         val_sampling: Validation sampling parameters (greedy by default).
-        reward_fns: Reward callables ``(prompt, response, target) -> float``; default ``[MathReward()]``.
+        reward_fns: Rewards ``(prompt, response, target) -> float``: ``Reward`` classes by ``class_path`` or
+            functions by import path; default ``[MathReward()]``.
         reward_weights: One weight per reward function (default all 1).
         reward_timeout_s: Per-call time limit of a reward function.
         max_reward_error_frac: Fraction of failing reward calls in a step that stops the run.
         advantage: ``group`` (GRPO), ``drgrpo`` (mean only), ``rloo`` or ``batch``.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        lr: AdamW learning rate (unused when ``optimizer`` is set: give its ``lr`` there).
+        weight_decay: AdamW weight decay (unused when ``optimizer`` is set).
         warmup_steps: Linear LR warm-up length in RL steps (0 disables).
         entropy_coef: Weight of an entropy bonus added to the loss (0 disables).
         dtype: Policy parameter dtype (``float32``, ``bfloat16``, ``float16``).
@@ -210,16 +223,20 @@ class GRPOModule(PolicyModule):
         backend_options: ``titan`` options: ``flavor`` (registry flavor, e.g. ``1.7B``; default: sized from
             ``config.json``), ``attention`` (``auto``/``sdpa``/``flex``/``varlen``), ``parallelize``,
             ``tensor_parallel_degree``.
+        optimizer: Another optimizer by class_path (``torch.optim.SGD`` with ``init_args: {lr: 0.01}``);
+            null: AdamW(``lr``, ``weight_decay``).
+        lr_scheduler: An LR scheduler by class_path, stepped once per RL step; null: linear warm-up over
+            ``warmup_steps``.
     """
 
     def __init__(
         self,
         model: str = DEFAULT_POLICY,
-        loss: PolicyLoss = _DEFAULT_LOSS,
+        loss: PolicyLoss | LossModule = _DEFAULT_LOSS,
         group_size: int = 8,
         sampling: SamplingParams = SamplingParams(max_new_tokens=8),  # noqa: B008 - immutable in practice
         val_sampling: SamplingParams | None = None,
-        reward_fns: Sequence[RewardFn] | None = None,
+        reward_fns: Sequence[Reward | RewardFn] | None = None,
         reward_weights: Sequence[float] | None = None,
         reward_timeout_s: float = 5.0,
         max_reward_error_frac: float = 0.1,
@@ -238,10 +255,34 @@ class GRPOModule(PolicyModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        optimizer: OptimizerCallable | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__(
-            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options
+            model,
+            dtype,
+            lr,
+            weight_decay,
+            warmup_steps,
+            chat_template,
+            system_prompt,
+            backend,
+            backend_options,
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
         )
+        check_loss(loss)
+        rewards = [check_reward(fn, f"module.reward_fns[{i}]") for i, fn in enumerate(reward_fns or [])]
+        # Checked here so the message names the user's fields, not RewardRunner's.
+        if reward_weights is not None and len(reward_weights) != max(len(rewards), 1):
+            raise ConfigError(
+                f"module.reward_weights has {len(reward_weights)} entries but module.reward_fns has "
+                f"{max(len(rewards), 1)}; give one weight per reward or leave reward_weights unset"
+            )
+        if not reward_timeout_s > 0:
+            raise ConfigError(f"module.reward_timeout_s must be > 0, got {reward_timeout_s}")
+        if not 0.0 <= max_reward_error_frac <= 1.0:
+            raise ConfigError(f"module.max_reward_error_frac must be in [0, 1], got {max_reward_error_frac}")
         if sampling.greedy:
             raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
         if sampling.n not in (1, group_size):
@@ -254,6 +295,8 @@ class GRPOModule(PolicyModule):
         compute_advantages(torch.zeros(1, group_size), method=advantage)
         # A fresh loss per module: the shared default must never carry state (beta, metrics) between modules.
         self.loss = GRPOLoss() if loss is _DEFAULT_LOSS else loss
+        # A loss outside PolicyLoss's beta contract takes ref_logprobs unconditionally: they must be real.
+        self.needs_reference = not isinstance(self.loss, PolicyLoss)
         self.group_size = group_size
         self.sampling = dataclasses.replace(sampling, n=group_size)
         self.val_sampling = (
@@ -262,7 +305,7 @@ class GRPOModule(PolicyModule):
             else SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=0.0)
         )
         self.reward_runner = RewardRunner(
-            list(reward_fns) if reward_fns else [MathReward()],
+            rewards or [MathReward()],
             weights=reward_weights,
             timeout_s=reward_timeout_s,
             max_error_frac=max_reward_error_frac,
@@ -321,12 +364,8 @@ class GRPOModule(PolicyModule):
             with_entropy=True,
             entropy_grad=bool(self.entropy_coef),  # logged only: keep it out of the backward pass
         )
-        loss = self.loss(
-            logprobs=logprobs,
-            ref_logprobs=batch.ref_logprobs,
-            advantages=batch.advantages,
-            padding_mask=batch.response_mask,
-            old_logprobs=batch.old_logprobs,
+        loss = call_loss(
+            self.loss, logprobs, batch.ref_logprobs, batch.advantages, batch.response_mask, batch.old_logprobs
         )
         mask = batch.response_mask
         mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1.0)

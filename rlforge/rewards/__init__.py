@@ -1,9 +1,10 @@
 """Rewards: callables ``(prompt, response, target) -> float`` and the runner that applies them to a batch.
 
-Select them in YAML by ``class_path`` (e.g. ``rlforge.rewards.MathReward``). Rewards never ``eval``
-model output.
+Select them in YAML by ``class_path`` (a ``Reward`` subclass, e.g. ``rlforge.rewards.MathReward``) or give a
+plain function by import path (``my_project.rewards.exact_match``). Rewards never ``eval`` model output.
 """
 
+from rlforge.rewards.base import Reward, RewardFn, check_reward, import_reward_fn
 from rlforge.rewards.composite import CompositeReward
 from rlforge.rewards.extract import (
     EXTRACTORS,
@@ -21,12 +22,19 @@ from rlforge.rewards.normalize import is_too_costly, normalize_answer, parse_num
 from rlforge.rewards.runner import RewardResult, RewardRunner
 from rlforge.rewards.thinking import ThinkingReward
 
+# The built-in reward classes are Rewards: a config may construct them by class_path.
+for _cls in (CompositeReward, FormatReward, LengthPenalty, MathReward, ThinkingReward):
+    Reward.register(_cls)
+del _cls
+
 __all__ = [
     "EXTRACTORS",
     "CompositeReward",
     "FormatReward",
     "LengthPenalty",
     "MathReward",
+    "Reward",
+    "RewardFn",
     "RewardResult",
     "RewardRunner",
     "ThinkingReward",
@@ -35,6 +43,8 @@ __all__ = [
     "extract_boxed",
     "extract_hash",
     "is_too_costly",
+    "check_reward",
+    "import_reward_fn",
     "normalize_answer",
     "parse_number",
     "reward_name",

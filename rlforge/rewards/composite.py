@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from rlforge.errors import ConfigError
+from rlforge.rewards.base import Reward, RewardFn
 from rlforge.rewards.naming import unique_reward_names
 
 __all__ = ["CompositeReward"]
-
-RewardFn = Callable[[str, str, str], float]
 
 
 class CompositeReward:
@@ -28,7 +27,7 @@ class CompositeReward:
         weights: One weight per reward; default all 1.
     """
 
-    def __init__(self, rewards: Sequence[RewardFn], weights: Sequence[float] | None = None) -> None:
+    def __init__(self, rewards: Sequence[Reward | RewardFn], weights: Sequence[float] | None = None) -> None:
         self.rewards = list(rewards)
         if not self.rewards:
             raise ConfigError("CompositeReward.rewards is empty; give at least one reward callable.")

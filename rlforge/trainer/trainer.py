@@ -64,7 +64,7 @@ class RLTrainer:
         val_at_start: Also validate before the first step (logged at step 0).
         ppo_epochs: Passes over each rollout batch.
         minibatch_size: Episodes per optimizer step (``None``: the whole rollout batch).
-        grad_clip: Max global gradient norm (``None`` disables clipping).
+        grad_clip: Max global gradient norm, > 0 (``None`` disables clipping).
         max_consecutive_skips: Non-finite loss/gradient steps in a row that stop the run.
         seed: Seed of Python, NumPy, torch and the sampler.
         default_root_dir: Root of run folders and checkpoints.
@@ -94,6 +94,9 @@ class RLTrainer:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {value}")
         if minibatch_size is not None and minibatch_size < 1:
             raise ConfigError(f"trainer.minibatch_size must be >= 1 or null, got {minibatch_size}")
+        # A negative max_norm makes clip_grad_norm_ scale by a negative factor: the update would climb the loss.
+        if grad_clip is not None and not grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip must be > 0 (null disables clipping), got {grad_clip}")
         self.max_steps, self.ppo_epochs, self.minibatch_size = max_steps, ppo_epochs, minibatch_size
         self.val_check_interval, self.val_at_start = val_check_interval or 0, val_at_start
         self.grad_clip, self.max_consecutive_skips = grad_clip, max_consecutive_skips
