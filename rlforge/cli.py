@@ -19,6 +19,7 @@ run configs you trust (what a value may name is narrowed in ``rlforge.cli_settin
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Sequence
@@ -208,14 +209,23 @@ def _rlforge_cause(err: BaseException) -> RLForgeError | None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point: errors become one line on stderr and exit code 2."""
+    """Console entry point: errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
     # Like `python -m`, let YAML class_paths name modules of the current project (e.g. examples.custom_loss).
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         run(argv)
+    except KeyboardInterrupt:
+        # The trainer already saved what it could and printed the run folder; no traceback for a Ctrl-C.
+        print("rlforge: interrupted (Ctrl-C); resume with --ckpt_path last", file=sys.stderr)
+        sys.exit(130)
     except RLForgeError as err:
         print(f"rlforge: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"rlforge: error: no space left on device ({err.filename or err})", file=sys.stderr)
         sys.exit(2)
     except Exception as err:
         cause = _rlforge_cause(err)  # jsonargparse wraps errors raised while it instantiates classes

@@ -2,44 +2,78 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
 from pathlib import Path
 
-from rlforge.callbacks.checkpoint import find_last_checkpoint
+from rlforge.checkpoint_files import (
+    MANIFEST,
+    checkpoint_folders_under,
+    checkpoints_newest_first,
+    file_digest,
+    select_checkpoint,
+    verify_checkpoint,
+)
 from rlforge.checkpoint_io import POLICY_DIR, atomic_directory, is_complete_checkpoint
 from rlforge.errors import CheckpointError
 
 REQUIRED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json")
+_POLICY_PREFIX = f"{POLICY_DIR}/"
+log = logging.getLogger("rlforge")
 
 
 def resolve_checkpoint(ckpt: str | Path) -> Path:
-    """A checkpoint folder itself, or the last complete one of a checkpoints folder or of a run root."""
+    """A checkpoint folder itself (it must verify), or the newest verified one of a checkpoints folder or a run root.
+
+    A run root (``trainer.default_root_dir``) holds ``<name>/version_N/checkpoints``; the newest run with a
+    checkpoint whose policy files verify wins, and damaged newer ones are skipped with a warning.
+    """
     path = Path(ckpt)
     if is_complete_checkpoint(path):
+        verify_checkpoint(path, _POLICY_PREFIX)
         return path
-    for folder in (path, path / "checkpoints"):
-        last = find_last_checkpoint(folder)
-        if last is not None:
-            return last
-    raise CheckpointError(
-        f"{ckpt}: not a checkpoint (needs {POLICY_DIR}/ and trainer_state.pt), nor a folder holding complete ones"
-    )
+    candidates = [c for folder in checkpoint_folders_under(path) for c in checkpoints_newest_first(folder)]
+    if not candidates:
+        raise CheckpointError(
+            f"{ckpt}: not a checkpoint (needs {POLICY_DIR}/ and trainer_state.pt), nor a folder holding complete ones"
+        )
+    found, skipped = select_checkpoint(candidates, _POLICY_PREFIX)
+    if skipped:
+        log.warning(f"rlforge: warning: skipped damaged checkpoint(s) ({'; '.join(skipped)}); exporting {found}")
+    return found
+
+
+def _check_copy(ckpt: Path, out: Path) -> None:
+    """The copied policy files match the checkpoint's manifest (or, without one, the source files' digests)."""
+    manifest = ckpt / MANIFEST
+    listed = json.loads(manifest.read_text())["files"] if manifest.is_file() else {}
+    for source in sorted((ckpt / POLICY_DIR).iterdir()):
+        if not source.is_file():
+            continue
+        entry = listed.get(f"{_POLICY_PREFIX}{source.name}")
+        expected = entry["sha256"] if entry else file_digest(source)
+        if file_digest(out / source.name) != expected:
+            raise CheckpointError(f"{out / source.name}: copy differs from {source} (sha256 mismatch)")
 
 
 def export_policy(ckpt: str | Path, out_dir: str | Path) -> Path:
     """Writes ``out_dir`` with ``config.json``, ``model.safetensors``, tokenizer and generation config.
 
-    The folder loads with ``AutoModelForCausalLM.from_pretrained(out_dir)`` and vLLM ``LLM(model=out_dir)``.
+    The checkpoint's policy files are verified before and after copying; the folder loads with
+    ``AutoModelForCausalLM.from_pretrained(out_dir)`` and vLLM ``LLM(model=out_dir)``.
 
     Args:
-        ckpt: A ``step-N`` checkpoint, a checkpoints folder (its ``last``) or a run root with ``checkpoints/``.
+        ckpt: A ``step-N`` checkpoint, a checkpoints folder (its ``last``) or a run root (its newest run's last).
         out_dir: Destination (replaced atomically if it exists).
     """
-    policy = resolve_checkpoint(ckpt) / POLICY_DIR
+    source = resolve_checkpoint(ckpt)
+    policy = source / POLICY_DIR
     with atomic_directory(out_dir) as tmp:
         for item in policy.iterdir():
             if item.is_file():
                 shutil.copy2(item, tmp / item.name)
+        _check_copy(source, tmp)
         if not (tmp / "generation_config.json").is_file():
             from transformers import AutoConfig, GenerationConfig
 

@@ -23,4 +23,4 @@ def test_default_fit_raises_heldout_accuracy_by_20_points(tmp_path):
     first, last = accuracy[min(accuracy)], accuracy[max(accuracy)]
     assert min(accuracy) == 0
     assert last - first >= 0.20, f"val/accuracy {first:.3f} -> {last:.3f}"
-    assert (tmp_path / "rlforge_runs" / "checkpoints" / "last.json").is_file()
+    assert (tmp_path / "rlforge_runs" / "rlforge" / "version_0" / "checkpoints" / "last.json").is_file()

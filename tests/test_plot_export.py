@@ -66,7 +66,7 @@ def test_plot_without_metrics_is_one_clear_error(tmp_path, capsys):
 
 def test_checkpoint_and_export_load_in_plain_transformers_with_same_logits(trained, tmp_path):
     root, trainer, _ = trained
-    ckpt = root / "checkpoints" / "step-000003"
+    ckpt = root / "rlforge" / "version_0" / "checkpoints" / "step-000003"
     exported = tmp_path / "exported"
     main(["export", str(root), str(exported)])  # run root -> its last checkpoint
     names = {p.name for p in exported.iterdir()}

@@ -32,7 +32,7 @@ def test_sft_lowers_heldout_loss_and_checkpoint_runs_in_fit(tiny_policy_dir, tmp
     run(["sft", *_sft_flags(tiny_policy_dir, tmp_path / "sft")])
     val = [float(r["val/loss"]) for r in metric_rows(tmp_path / "sft", "val/loss")]
     assert len(val) == 2 and val[-1] < 0.5 * val[0]
-    policy = tmp_path / "sft" / "checkpoints" / "step-000060" / "policy"
+    policy = tmp_path / "sft" / "rlforge" / "version_0" / "checkpoints" / "step-000060" / "policy"
     run(["fit", *fast_flags(str(policy), tmp_path / "rl")])
     assert len(metric_rows(tmp_path / "rl")) == 2
 

@@ -1,42 +1,70 @@
-"""``ModelCheckpoint``: periodic, atomic, resumable checkpoints, and one more when a run fails."""
+"""``ModelCheckpoint``: periodic, atomic, verified, resumable checkpoints, and one more when a run fails."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
+import errno
 import logging
-import re
 import shutil
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlforge.callbacks.callback import Callback
-from rlforge.checkpoint_io import atomic_write_json, capture_rng_state, is_complete_checkpoint
-from rlforge.errors import ConfigError
+from rlforge.checkpoint_files import (
+    CHECKPOINTS_DIR,
+    LAST_POINTER,
+    checkpoints_newest_first,
+    find_last_checkpoint,
+    runs_newest_first,
+)
+from rlforge.checkpoint_io import (
+    atomic_write_json,
+    capture_rng_state,
+    is_complete_checkpoint,
+    remove_orphans,
+    unwritable_reason,
+)
+from rlforge.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     import rlforge
 
-LAST_POINTER = "last.json"
-_STEP_DIR = re.compile(r"step-(\d+)")
+__all__ = ["LAST_POINTER", "ModelCheckpoint", "find_last_checkpoint"]
 log = logging.getLogger("rlforge")
 
 
-def find_last_checkpoint(dirpath: str | Path) -> Path | None:
-    """The checkpoint ``dirpath/last.json`` names; if it is missing or incomplete, the newest complete ``step-N``."""
-    dirpath = Path(dirpath)
+@contextlib.contextmanager
+def _second_interrupt_waits() -> Iterator[None]:
+    """While the interrupt checkpoint is written, one more Ctrl-C only warns; a third abandons the save."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    presses = 0
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal presses
+        presses += 1
+        if presses >= 2:
+            raise KeyboardInterrupt
+        print("rlforge: finishing the checkpoint first (Ctrl-C again abandons it)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, handler)
     try:
-        path = dirpath / json.loads((dirpath / LAST_POINTER).read_text())["name"]
-    except (OSError, ValueError, KeyError, TypeError):
-        path = None
-    if path is not None and is_complete_checkpoint(path):
-        return path
-    complete = [
-        (int(m.group(1)), p)
-        for p in (dirpath.iterdir() if dirpath.is_dir() else [])
-        if (m := _STEP_DIR.fullmatch(p.name)) and is_complete_checkpoint(p)
-    ]
-    return max(complete)[1] if complete else None
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _save_failure(err: OSError, path: Path, last: Path | None) -> str:
+    kept = f"the last complete checkpoint {last} is kept" if last else "no earlier checkpoint exists"
+    if err.errno == errno.ENOSPC:
+        return f"saving checkpoint {path} failed: no space left on device; {kept} (free space, then --ckpt_path last)"
+    return f"saving checkpoint {path} failed ({err.strerror or err}: {err.filename or path}); {kept}"
 
 
 class ModelCheckpoint(Callback):
@@ -50,7 +78,8 @@ class ModelCheckpoint(Callback):
     saved as that step's checkpoint (and becomes ``last``), so nothing is lost and the resume is exact.
 
     Args:
-        dirpath: Folder of the checkpoints (default ``<default_root_dir>/checkpoints``).
+        dirpath: Folder of the checkpoints (default ``<run folder>/checkpoints``, e.g.
+            ``rlforge_runs/rlforge/version_0/checkpoints``).
         every_n_steps: Save every N RL steps (0 disables periodic saves).
         save_last: Also save after the last step.
         save_top_k: Keep this many checkpoints (-1 keeps all); with ``monitor``, the best ones, else the newest.
@@ -79,14 +108,52 @@ class ModelCheckpoint(Callback):
         self.saved: list[dict[str, Any]] = []  # {"name", "step", "score"}
         self._boundary: dict[str, Any] | None = None  # state that changes within a step, as of its start
         self._crash_state: dict[str, Any] | None = None
-        self._saving = False
+        self._saving = self._save_failed = False
+        self.last_path: Path | None = None  # newest checkpoint this run wrote
 
     def resolve_dirpath(self, trainer: rlforge.RLTrainer) -> Path:
-        return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+        """``dirpath``, else ``<run folder>/checkpoints`` (each run keeps its own checkpoints)."""
+        return Path(self.dirpath) if self.dirpath else Path(trainer.log_dir) / CHECKPOINTS_DIR
+
+    def search_folders(self, trainer: rlforge.RLTrainer) -> list[Path]:
+        """Where ``ckpt_path="last"`` looks, newest first: this run's folder, then earlier runs' (same parent)."""
+        own = self.resolve_dirpath(trainer)
+        if self.dirpath or not trainer.loggers:
+            return [own]
+        run = Path(trainer.log_dir)
+        others = runs_newest_first(p for p in run.parent.iterdir() if p != run) if run.parent.is_dir() else []
+        legacy = Path(trainer.default_root_dir) / CHECKPOINTS_DIR  # where rlforge < 0.2 kept every run's
+        return [own, *(p / CHECKPOINTS_DIR for p in others), legacy]
+
+    def resume_candidates(self, trainer: rlforge.RLTrainer) -> list[Path]:
+        """Complete checkpoints ``last`` may resume from, best first (a damaged one falls back to the next)."""
+        return [path for folder in self.search_folders(trainer) for path in checkpoints_newest_first(folder)]
 
     def last_checkpoint_path(self, trainer: rlforge.RLTrainer) -> Path | None:
-        """The checkpoint ``last.json`` points to; if that one is missing or incomplete, the newest complete one."""
-        return find_last_checkpoint(self.resolve_dirpath(trainer))
+        """The newest complete checkpoint ``ckpt_path="last"`` would resume from (not yet verified)."""
+        found = self.resume_candidates(trainer)
+        return found[0] if found else None
+
+    @property
+    def best_checkpoint_path(self) -> Path | None:
+        """The best-scoring checkpoint saved (``monitor`` set), else ``None``."""
+        scored = [e for e in self.saved if e.get("score") is not None and e.get("path")]
+        if not self.monitor or not scored:
+            return None
+        pick = max if self.mode == "max" else min
+        return Path(pick(scored, key=lambda e: e["score"])["path"])
+
+    def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, stage: str) -> None:
+        self._save_failed = False
+        if stage != "fit":
+            return
+        dirpath = self.resolve_dirpath(trainer)
+        reason = unwritable_reason(dirpath)  # fail before step 1, not at the first save
+        if reason is not None:
+            field = "ModelCheckpoint.dirpath" if self.dirpath else "trainer.default_root_dir"
+            raise CheckpointError(f"{field}: cannot write checkpoints to {dirpath} ({reason})")
+        for folder in self.search_folders(trainer):
+            remove_orphans(folder)  # temp folders of saves a kill interrupted
 
     def should_save(self, trainer: rlforge.RLTrainer) -> bool:
         """Asked by the trainer after every step's hooks: periodic saves, and the final one with ``save_last``."""
@@ -95,18 +162,30 @@ class ModelCheckpoint(Callback):
         return periodic or final
 
     def save(self, trainer: rlforge.RLTrainer) -> Path:
-        """Writes a checkpoint of the current step and updates ``last.json`` and top-k."""
+        """Writes a checkpoint of the current step and updates ``last.json`` and top-k.
+
+        Raises:
+            CheckpointError: The write failed (e.g. no space left); the previous checkpoints are untouched.
+        """
         dirpath = self.resolve_dirpath(trainer)
         name = f"step-{trainer.global_step:06d}"
         score = trainer.callback_metrics.get(self.monitor) if self.monitor else None
-        self.saved = [e for e in self.saved if e["name"] != name]
-        self.saved.append({"name": name, "step": trainer.global_step, "score": score})
         self._saving = True
         try:
             path = trainer.save_checkpoint(dirpath / name)
+            atomic_write_json(dirpath / LAST_POINTER, {"name": name, "step": trainer.global_step}, durable=True)
+        except CheckpointError:
+            self._save_failed = True
+            raise
+        except OSError as err:
+            self._save_failed = True
+            last = self.last_path or self.last_checkpoint_path(trainer)
+            raise CheckpointError(_save_failure(err, dirpath / name, last)) from err
         finally:
             self._saving = False
-        atomic_write_json(dirpath / LAST_POINTER, {"name": name, "step": trainer.global_step})
+        self.saved = [e for e in self.saved if e.get("path") != str(path)]
+        self.saved.append({"name": name, "step": trainer.global_step, "score": score, "path": str(path)})
+        self.last_path = path
         self._prune(dirpath)
         for logger in trainer.loggers:
             logger.after_save_checkpoint(path, trainer.global_step)
@@ -141,6 +220,10 @@ class ModelCheckpoint(Callback):
         boundary = self._boundary
         if not self.save_on_exception or boundary is None or self._saving or trainer.stage != "fit":
             return
+        if self._save_failed:  # the error is the failed save itself: trying again would fail the same way
+            return
+        interrupted = isinstance(exception, KeyboardInterrupt)
+        report = log.info if interrupted else log.warning  # Ctrl-C: the CLI prints the one line
         step = boundary["progress"]["steps"]
         cause = f"{type(exception).__name__}: {str(exception).splitlines()[0] if str(exception) else ''}"
         consistent = (
@@ -151,14 +234,15 @@ class ModelCheckpoint(Callback):
         if step == 0 or not consistent or is_complete_checkpoint(existing):
             last = self.last_checkpoint_path(trainer)
             why = "" if consistent or step == 0 else " (the failing step had already changed the weights)"
-            log.warning(f"rlforge: run stopped in step {step + 1} by {cause}; last checkpoint: {last}{why}")
+            report(f"rlforge: run stopped in step {step + 1} by {cause}; last checkpoint: {last}{why}")
             return
         self._crash_state = boundary
         try:
-            path = self.save(trainer)
+            with _second_interrupt_waits() if interrupted else contextlib.nullcontext():
+                path = self.save(trainer)
         finally:
             self._crash_state = None
-        log.warning(
+        report(
             f"rlforge: run stopped in step {step + 1} by {cause}; state after step {step} saved to {path} "
             "(resume with --ckpt_path last)"
         )
@@ -189,8 +273,9 @@ class ModelCheckpoint(Callback):
             ranked = sorted(self.saved, key=lambda e: e["step"], reverse=True)
         keep = ranked[: self.save_top_k] + [newest]  # the newest always stays: it is what "last" resumes
         for entry in self.saved:
-            if entry not in keep:
-                shutil.rmtree(dirpath / entry["name"], ignore_errors=True)
+            path = Path(entry.get("path") or dirpath / entry["name"])
+            if entry not in keep and path.parent == dirpath:  # an earlier run's checkpoints are never deleted
+                shutil.rmtree(path, ignore_errors=True)
         self.saved = [e for e in self.saved if e in keep]
 
     def state_dict(self) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -401,9 +400,7 @@ class MonarchStrategy(Strategy):
             if callback is not None:
                 path = callback.save(trainer)
             else:
-                path = trainer.save_checkpoint(
-                    Path(trainer.default_root_dir) / "checkpoints" / f"step-{trainer.global_step:06d}"
-                )
+                path = trainer.save_checkpoint(trainer.log_dir / "checkpoints" / f"step-{trainer.global_step:06d}")
             saved = f"saved checkpoint {path} (step {trainer.global_step}); resume with --ckpt_path last"
         except Exception as save_err:  # never hide the cause behind a failed save
             saved = f"saving a checkpoint failed too ({type(save_err).__name__}: {save_err})"

@@ -1,18 +1,26 @@
-"""Saving and restoring a full training state: policy (HF folder) + optimizer, RNG, data, callbacks."""
+"""Saving and restoring a full training state: policy (HF folder) + optimizer, RNG, data, callbacks.
+
+``trainer_state.pt`` holds only tensors and plain Python values and is read with ``torch.load(weights_only=True)``,
+so resuming never runs code from a checkpoint file.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from rlforge.checkpoint_files import verify_checkpoint, write_manifest
 from rlforge.checkpoint_io import (
     POLICY_DIR,
     STATE_FILE,
     atomic_directory,
     capture_rng_state,
-    is_complete_checkpoint,
     restore_rng_state,
 )
 from rlforge.errors import CheckpointError
@@ -21,13 +29,15 @@ from rlforge.trainer.call import call_hook
 if TYPE_CHECKING:
     import rlforge
 
-__all__ = ["POLICY_DIR", "STATE_FILE", "build_state", "restore", "save"]
+__all__ = ["POLICY_DIR", "STATE_FILE", "build_state", "load_checkpoint", "restore", "save"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: RNG states as tensors and plain values (1 pickled NumPy arrays)
+_LEAVES = (str, bytes, int, float, bool, complex, type(None), torch.Tensor, torch.Size, torch.device, torch.dtype)
+log = logging.getLogger("rlforge")
 
 
 def build_state(trainer: rlforge.RLTrainer) -> dict[str, Any]:
-    """Everything but the policy weights, as one picklable dict."""
+    """Everything but the policy weights, as one dict of tensors and plain values."""
     return {
         "format_version": FORMAT_VERSION,
         "progress": trainer.progress.state_dict(),
@@ -42,46 +52,109 @@ def build_state(trainer: rlforge.RLTrainer) -> dict[str, Any]:
     }
 
 
+def plain_state(obj: Any, where: str = "state") -> Any:
+    """``obj`` with NumPy scalars made Python values; raises on anything ``weights_only`` loading would refuse.
+
+    Checked when saving, so a ``state_dict`` that returns other objects fails at once, naming its key,
+    instead of making a checkpoint nobody can resume.
+    """
+    kind = type(obj)
+    if kind in (dict, OrderedDict, Counter):
+        return kind({k: plain_state(v, f"{where}.{k}") for k, v in obj.items()})
+    if kind in (list, tuple, set):
+        return kind(plain_state(v, f"{where}[{i}]") for i, v in enumerate(obj))
+    if kind in _LEAVES or isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise CheckpointError(
+        f"checkpoint {where} is a {kind.__module__}.{kind.__qualname__}; a state_dict may hold only tensors and "
+        "plain Python values (dict, list, tuple, str, int, float, bool, None), so resuming never unpickles code"
+    )
+
+
 def save(trainer: rlforge.RLTrainer, path: Path) -> Path:
-    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``) and ``path/trainer_state.pt``."""
+    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``), ``path/trainer_state.pt``
+    and, last, ``path/manifest.json``; everything is fsynced before the folder is renamed into place."""
     state = build_state(trainer)
     call_hook(trainer, "on_save_checkpoint", state)
+    state = plain_state(state)
     module = trainer.module
     with atomic_directory(path) as tmp:
         module.policy.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
         if module.tokenizer is not None:
             module.tokenizer.save_pretrained(tmp / POLICY_DIR)
         torch.save(state, tmp / STATE_FILE)
+        write_manifest(tmp)
     return path
 
 
-def resolve(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
-    """``"last"`` -> the newest checkpoint of the trainer's ``ModelCheckpoint``; else the folder itself."""
-    if ckpt_path == "last":
-        callback = trainer.checkpoint_callback
-        if callback is None:
-            raise CheckpointError("ckpt_path='last' needs checkpointing enabled (a ModelCheckpoint callback)")
-        last = callback.last_checkpoint_path(trainer)
-        if last is None:
-            raise CheckpointError(f"ckpt_path='last': no checkpoint found in {callback.resolve_dirpath(trainer)}")
-        return last
-    path = Path(ckpt_path)
-    if not is_complete_checkpoint(path):
-        raise CheckpointError(
-            f"ckpt_path {ckpt_path!r} is not an rlforge checkpoint (needs {POLICY_DIR}/ and {STATE_FILE})"
+def _unpickling_cause(err: BaseException) -> str:
+    text = str(err)
+    if m := re.search(r"GLOBAL (\S+)", text):
+        return (
+            f"it holds code or objects other than tensors and plain data ({m.group(1)}); "
+            "refusing to load it (resume never unpickles code)"
         )
-    return path
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.startswith(("Weights only load failed", "Check the documentation", "Please file"))
+    ]
+    return f"damaged or not a checkpoint file ({type(err).__name__}: {lines[0][:160] if lines else 'empty'})"
 
 
-def _load_policy_weights(policy: torch.nn.Module, folder: Path) -> None:
+def _load_state(file: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - whatever a damaged file raises, it is one line about that file
+        raise CheckpointError(f"{file}: {_unpickling_cause(err)}") from None
+    version = state.get("format_version") if isinstance(state, dict) else None
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{file}: checkpoint format {version} != {FORMAT_VERSION}")
+    return state
+
+
+def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{folder}: no *.safetensors weights")
     weights: dict[str, torch.Tensor] = {}
-    for file in files:
-        weights.update(load_file(str(file)))
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            weights.update(load_file(str(file)))
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, ...: one line about that file
+            raise CheckpointError(f"{file}: damaged safetensors file ({str(err).splitlines()[0]})") from None
+    if not weights:
+        raise CheckpointError(f"{folder}: no *.safetensors weights")
+    return weights
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Verifies the checkpoint at ``path`` and returns ``(trainer state, policy weights)``.
+
+    Raises:
+        CheckpointError: One line naming the damaged file (or unsafe content) when it cannot be used.
+    """
+    path = Path(path)
+    verify_checkpoint(path)
+    return _load_state(path / STATE_FILE), _load_weights(path / POLICY_DIR)
+
+
+def _candidates(trainer: rlforge.RLTrainer, ckpt_path: str) -> list[Path]:
+    """``"last"`` -> every complete checkpoint, newest first (fallbacks); else the folder itself."""
+    if ckpt_path != "last":
+        return [Path(ckpt_path)]
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        raise CheckpointError("ckpt_path='last' needs checkpointing enabled (a ModelCheckpoint callback)")
+    found = callback.resume_candidates(trainer)
+    if not found:
+        searched = ", ".join(str(f) for f in callback.search_folders(trainer))
+        raise CheckpointError(f"ckpt_path='last': no checkpoint found in {searched}")
+    return found
+
+
+def _load_policy_weights(policy: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
     missing, unexpected = policy.load_state_dict(weights, strict=False)
     tied = _tied_names(policy)
     missing = [k for k in missing if k not in tied]
@@ -104,13 +177,28 @@ def _tied_names(policy: torch.nn.Module) -> set[str]:
     return tied
 
 
-def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> None:
-    """Restores a checkpoint written by ``save`` into an already set-up trainer."""
-    path = resolve(trainer, ckpt_path)
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
-    if state.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {state.get('format_version')} != {FORMAT_VERSION}")
-    _load_policy_weights(trainer.module.policy, path / POLICY_DIR)
+def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
+    """Restores a checkpoint written by ``save`` into an already set-up trainer; returns the folder loaded.
+
+    With ``"last"``, a damaged newest checkpoint is skipped for the newest one that verifies (one warning line
+    says which); a folder named explicitly must verify.
+    """
+    skipped: list[str] = []
+    for path in _candidates(trainer, ckpt_path):
+        try:
+            state, weights = load_checkpoint(path)
+            break
+        except CheckpointError as err:
+            if ckpt_path != "last":
+                raise
+            skipped.append(str(err))
+    else:
+        raise CheckpointError(f"ckpt_path='last': no usable checkpoint ({'; '.join(skipped)})")
+    step = int(state["progress"]["steps"])
+    if skipped:
+        log.warning(f"rlforge: warning: skipped damaged checkpoint(s) ({'; '.join(skipped)}); resuming from {path}")
+    print(f"rlforge: resuming from {path} (step {step})", flush=True)
+    _load_policy_weights(trainer.module.policy, weights, path / POLICY_DIR)
     trainer.progress.load_state_dict(state["progress"])
     if trainer.optimizer is not None and state["optimizer"] is not None:
         trainer.optimizer.load_state_dict(state["optimizer"])
@@ -126,3 +214,4 @@ def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> None:
     trainer.callback_metrics.update(state.get("callback_metrics", {}))
     restore_rng_state(state["rng"])
     call_hook(trainer, "on_load_checkpoint", state)
+    return path

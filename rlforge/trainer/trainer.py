@@ -19,7 +19,7 @@ import torch
 from jsonargparse import lazy_instance
 
 from rlforge.callbacks import Callback, ModelCheckpoint, ProgressBar, WeightSync
-from rlforge.checkpoint_io import seed_everything
+from rlforge.checkpoint_io import seed_everything, unwritable_reason
 from rlforge.data import RLDataModule, collate_episodes
 from rlforge.data.limits import model_prompt_limit
 from rlforge.errors import ConfigError, NonFiniteError
@@ -30,7 +30,7 @@ from rlforge.shaping import dynamic_sample, mask_truncated
 from rlforge.strategies import LocalStrategy, Strategy
 from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
-from rlforge.trainer.manifest import write_manifest
+from rlforge.trainer.manifest import finish_run, write_manifest
 from rlforge.trainer.progress import Progress
 from rlforge.trainer.validation import validate_rows
 from rlforge.types import Group, TrainBatch
@@ -172,9 +172,7 @@ class RLTrainer:
         self.stage, self.module, self.should_stop = stage, module, False
         self.datamodule = datamodule if datamodule is not None else RLDataModule()
         module.trainer = self
-        for logger in self.loggers:
-            if hasattr(logger, "bind"):
-                logger.bind(self.default_root_dir)
+        self._bind_run_folder()
         seed_everything(self.seed)
         call_hook(self, "setup", stage)
         module.configure_model()
@@ -187,13 +185,27 @@ class RLTrainer:
         if stage == "fit":
             self._configure_optimizers()
 
+    def _bind_run_folder(self) -> None:
+        """Creates the run folder and checks it takes files now, so a bad path fails before step 1."""
+        try:
+            for logger in self.loggers:
+                if hasattr(logger, "bind"):
+                    logger.bind(self.default_root_dir)
+        except OSError as err:
+            raise ConfigError(
+                f"trainer.default_root_dir: cannot create the run folder ({err.strerror}: {err.filename})"
+            ) from None
+        reason = unwritable_reason(self.log_dir)
+        if reason is not None:
+            raise ConfigError(f"trainer.default_root_dir: cannot write the run folder {self.log_dir} ({reason})")
+
     def _run(self, stage: str, module: RLModule, datamodule: RLDataModule | None, ckpt_path: str | None) -> None:
-        status = "failed"
+        status, started, manifest = "failed", time.monotonic(), None
         try:
             self.prepare(module, datamodule, stage)
+            manifest = self._write_manifest()
             if ckpt_path is not None:
                 checkpointing.restore(self, ckpt_path)
-            self._write_manifest()
             if stage == "fit":
                 self._fit_loop()
             elif not self.datamodule.val_dataset():
@@ -218,6 +230,8 @@ class RLTrainer:
                 self.strategy.teardown()
                 for logger in self.loggers:
                     logger.finalize(status)
+                if manifest is not None:
+                    finish_run(self, manifest, status, time.monotonic() - started)
 
     # ---------------------------------------------------------------------------------------- the loop
     def _fit_loop(self) -> None:
@@ -384,11 +398,12 @@ class RLTrainer:
             logger.log_metrics(metrics, self.global_step)
         return metrics
 
-    def _write_manifest(self) -> None:
-        config = self.run_config
-        write_manifest(self.log_dir / "run.json", config, self.seed, self.stage)
+    def _write_manifest(self) -> Path:
+        config, path = self.run_config, self.log_dir / "run.json"
+        write_manifest(path, config, self.seed, self.stage)
         for logger in self.loggers:
             logger.log_hyperparams(config or {"seed": self.seed, "max_steps": self.max_steps})
+        return path
 
     # ---------------------------------------------------------------------------------- optimizers
     def _configure_optimizers(self) -> None:

@@ -53,7 +53,9 @@ def test_early_stopping_stops_when_the_metric_stalls(tiny_policy_dir, tmp_path):
     assert expected is not None and trainer.global_step == expected < 12
     (stopper,) = [cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping)]
     assert stopper.stopped_step == expected and stopper.best_score == max(rewards)
-    assert (tmp_path / "checkpoints" / f"step-{expected:06d}").is_dir()  # save_last on the early stop
+    assert (
+        tmp_path / "rlforge" / "version_0" / "checkpoints" / f"step-{expected:06d}"
+    ).is_dir()  # save_last on the early stop
 
 
 def _callbacks() -> list:

@@ -71,7 +71,7 @@ def test_failed_step_is_saved_as_the_previous_one_and_resume_is_exact(tiny_polic
     crashed = _trainer(tmp_path / "b", 4, FailInRollout(step=3))
     with caplog.at_level(logging.WARNING, logger="rlforge"), pytest.raises(RuntimeError, match="went away"):
         crashed.fit(_module(tiny_policy_dir), RLDataModule(batch_size=2))
-    ckpt = tmp_path / "b" / "checkpoints"
+    ckpt = tmp_path / "b" / "rlforge" / "version_0" / "checkpoints"
     assert json.loads((ckpt / "last.json").read_text())["step"] == 2  # no periodic save before: the crash wrote it
     assert "run stopped in step 3 by RuntimeError: reward server went away" in caplog.text
     assert "state after step 2 saved" in caplog.text
@@ -88,7 +88,7 @@ def test_non_finite_stop_names_step_and_tensor_and_checkpoints(tiny_policy_dir, 
     message = str(err.value)
     assert "\n" not in message and message.startswith("step 4: non-finite loss (loss=nan")
     assert trainer.progress.skipped_steps == 2 and trainer.global_step == 3
-    assert json.loads((tmp_path / "checkpoints" / "last.json").read_text())["step"] == 3
+    assert json.loads((tmp_path / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())["step"] == 3
     assert "state after step 3 saved" in caplog.text
 
     resumed = _trainer(tmp_path, 5)
@@ -108,7 +108,7 @@ def test_last_skips_incomplete_checkpoints(tiny_policy_dir, tmp_path):
     trainer = _trainer(tmp_path, 2)
     trainer.callbacks[1].every_n_steps = 1
     trainer.fit(_module(tiny_policy_dir), RLDataModule(batch_size=2))
-    ckpt = tmp_path / "checkpoints"
+    ckpt = tmp_path / "rlforge" / "version_0" / "checkpoints"
     assert find_last_checkpoint(ckpt) == ckpt / "step-000002"
 
     # A folder that lacks its trainer state (written by hand or by a non-atomic copy) is never `last`,

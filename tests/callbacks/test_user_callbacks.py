@@ -23,7 +23,7 @@ def test_stacked_callbacks_from_yaml(tiny_policy_dir, tmp_path, monkeypatch):
     assert len(rows) == 3  # reward 1.0 from step 1, patience 3: stopped long before max_steps=300
     # sync_interval 2: rollouts of step k use weights of version 2*floor((k-1)/2)
     assert [float(r["rollout/staleness"]) for r in rows] == [0.0, 1.0, 0.0]
-    assert (tmp_path / "checkpoints" / "step-000003").is_dir()  # save_last on the early stop
+    assert (tmp_path / "rlforge" / "version_0" / "checkpoints" / "step-000003").is_dir()  # save_last on the early stop
     # The stacked built-ins ran too: KL measured against a reference at beta 0, per-group lr, samples file.
     assert all(float(r["train/kl"]) >= 0.0 for r in rows) and rows[-1]["train/lr_pg0"] == rows[-1]["train/lr"]
     assert not list(tmp_path.glob("rlforge/version_*/samples.jsonl"))  # every 25 steps: none in 3 steps

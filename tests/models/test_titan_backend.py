@@ -101,7 +101,9 @@ def test_titan_policy_trains_with_rlforge_optimizer_and_sync(tiny_policy_dir, tm
     # The checkpoint is a plain HF folder holding exactly the trained titan weights.
     from transformers import AutoModelForCausalLM
 
-    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step-000004" / "policy").state_dict()
+    saved = AutoModelForCausalLM.from_pretrained(
+        tmp_path / "rlforge" / "version_0" / "checkpoints" / "step-000004" / "policy"
+    ).state_dict()
     assert all(torch.equal(saved[k], v) for k, v in module.policy.state_dict().items())
 
 

@@ -107,7 +107,7 @@ def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_c
     message = str(info.value)
     assert "\n" not in message and "died" in message and "Killed(sig=9)" in message
     assert "saved checkpoint" in message and "--ckpt_path last" in message
-    pointer = json.loads((tmp_path / "checkpoints" / "last.json").read_text())
+    pointer = json.loads((tmp_path / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())
     assert pointer["step"] == 2  # nothing trained is lost
     # Resuming finishes the run; the rollout rows the dead replica never answered come first.
     trainer = _fit(tmp_path, MonarchStrategy(), max_steps=3, ckpt_path="last")

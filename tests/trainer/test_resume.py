@@ -50,11 +50,13 @@ def test_checkpoint_policy_loads_with_transformers(tiny_policy_dir, tmp_path):
 
     _run.policy = tiny_policy_dir
     _run(tmp_path, max_steps=2)
-    ckpt = tmp_path / "checkpoints" / "step-000002"
+    ckpt = tmp_path / "rlforge" / "version_0" / "checkpoints" / "step-000002"
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
     tokenizer = AutoTokenizer.from_pretrained(ckpt / "policy")
     assert model.num_parameters() > 0 and tokenizer.eos_token_id is not None
-    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))  # no half-written folders left behind
+    assert not list(
+        (tmp_path / "rlforge" / "version_0" / "checkpoints").glob(".*tmp*")
+    )  # no half-written folders left behind
 
 
 def test_bad_ckpt_path_is_one_clear_error(tiny_policy_dir, tmp_path):

@@ -72,7 +72,7 @@ def test_sigkill_then_resume_is_bitwise_exact(tiny_policy_dir, tmp_path):
         )
         == -signal.SIGKILL
     )
-    assert json.loads((killed / "checkpoints" / "last.json").read_text())["step"] == 2
+    assert json.loads((killed / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())["step"] == 2
 
     # k = 4: killed while writing step 5's checkpoint; the half-written temp folder stays on disk.
     half = tmp_path / "k4"
@@ -80,11 +80,11 @@ def test_sigkill_then_resume_is_bitwise_exact(tiny_policy_dir, tmp_path):
         _fit(tiny_policy_dir, half, "{class_path: tests.trainer.kill_callbacks.KillDuringSave, init_args: {step: 5}}")
         == -signal.SIGKILL
     )
-    leftovers = list((half / "checkpoints").glob(".step-000005.tmp-*"))
+    leftovers = list((half / "rlforge" / "version_0" / "checkpoints").glob(".step-000005.tmp-*"))
     assert leftovers and (leftovers[0] / "policy" / "model.safetensors").is_file()
     assert not (leftovers[0] / "trainer_state.pt").exists()
-    assert not (half / "checkpoints" / "step-000005").exists()
-    assert json.loads((half / "checkpoints" / "last.json").read_text())["step"] == 4
+    assert not (half / "rlforge" / "version_0" / "checkpoints" / "step-000005").exists()
+    assert json.loads((half / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())["step"] == 4
 
     for root, k in ((killed, 2), (half, 4)):
         assert _fit(tiny_policy_dir, root, ckpt_path="last") == 0
