@@ -21,6 +21,7 @@ from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss, PolicyLoss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
+from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.rewards import MathReward, RewardRunner
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
@@ -151,8 +152,11 @@ class PolicyModule(RLModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        peft: Any = None,
     ) -> None:
         super().__init__()
+        check_peft_config(peft, backend)
+        self.peft = peft
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
         check_backend(backend, backend_options)
@@ -168,9 +172,16 @@ class PolicyModule(RLModule):
             self.policy, self.tokenizer = load_policy(
                 self.model_name, self.dtype, device, backend=self.backend, backend_options=self.backend_options
             )
+            if self.peft is not None:  # adapters (rlforge/models/peft.py): base frozen, only they train
+                self.policy = apply_peft(self.policy, self.peft)
+                if self.trainer is not None:
+                    trainable, total = trainable_parameters(self.policy)
+                    self.log("model/trainable_params", trainable)
+                    self.log("model/trainable_pct", 100.0 * trainable / max(total, 1))
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # frozen base weights stay out (LoRA)
+        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         warmup = max(self.warmup_steps, 0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
@@ -210,6 +221,10 @@ class GRPOModule(PolicyModule):
         backend_options: ``titan`` options: ``flavor`` (registry flavor, e.g. ``1.7B``; default: sized from
             ``config.json``), ``attention`` (``auto``/``sdpa``/``flex``/``varlen``), ``parallelize``,
             ``tensor_parallel_degree``.
+        peft: PEFT adapters to train instead of the full model, a ``peft`` config by class_path, e.g.
+            ``{class_path: peft.LoraConfig, init_args: {r: 8, lora_alpha: 16, target_modules: all-linear}}``
+            (needs the ``peft`` extra; ``hf`` backend only). The generator gets the merged weights, the
+            reference is the base with adapters disabled, checkpoints hold the adapter folder.
     """
 
     def __init__(
@@ -238,9 +253,10 @@ class GRPOModule(PolicyModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        peft: Any = None,
     ) -> None:
         super().__init__(
-            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options
+            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options, peft
         )
         if sampling.greedy:
             raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")

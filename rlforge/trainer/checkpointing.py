@@ -16,6 +16,7 @@ from rlforge.checkpoint_io import (
     restore_rng_state,
 )
 from rlforge.errors import CheckpointError
+from rlforge.models.peft import is_adapter_folder, is_peft_model, load_adapter
 from rlforge.trainer.call import call_hook
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ def build_state(trainer: rlforge.RLTrainer) -> dict[str, Any]:
 
 
 def save(trainer: rlforge.RLTrainer, path: Path) -> Path:
-    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``) and ``path/trainer_state.pt``."""
+    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``; for a PEFT policy, the adapter
+    folder ``peft.PeftModel.from_pretrained(base, path/policy)`` loads) and ``path/trainer_state.pt``."""
     state = build_state(trainer)
     call_hook(trainer, "on_save_checkpoint", state)
     module = trainer.module
@@ -110,7 +112,10 @@ def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> None:
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
     if state.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {state.get('format_version')} != {FORMAT_VERSION}")
-    _load_policy_weights(trainer.module.policy, path / POLICY_DIR)
+    if is_peft_model(trainer.module.policy) or is_adapter_folder(path / POLICY_DIR):
+        load_adapter(trainer.module.policy, path / POLICY_DIR)  # LoRA: only the adapters were saved
+    else:
+        _load_policy_weights(trainer.module.policy, path / POLICY_DIR)
     trainer.progress.load_state_dict(state["progress"])
     if trainer.optimizer is not None and state["optimizer"] is not None:
         trainer.optimizer.load_state_dict(state["optimizer"])
