@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from rlforge.errors import ConfigError
-from rlforge.models.peft import plain_lora_layers, adapter_state_dict, is_peft_model
+from rlforge.models.peft import adapter_state_dict, is_peft_model, plain_lora_layers
 
 SYNC_MODES = ("merged", "adapter")
 """``merged``: the generator receives the full merged weights; ``adapter``: only the adapter tensors."""

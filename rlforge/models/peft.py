@@ -226,6 +226,23 @@ def base_model_path(folder: str | Path) -> str:
     return str(base)
 
 
+def load_merged(folder: str | Path, dtype: Any = "auto", base: str | None = None) -> nn.Module:
+    """``base`` (default: the adapter's own base) with ``folder``'s adapter merged in: a plain HF model."""
+    require("peft", f"loading the adapter folder {folder}")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rlforge.models.loading import resolve_model_path
+
+    name = base or base_model_path(folder)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=dtype)
+    except OSError as err:
+        raise CheckpointError(f"{folder}: cannot load the base model {name!r} (pass --base MODEL): {err}") from err
+    # PEFT froze the base weights; the merged model is an ordinary (trainable) HF model again.
+    return PeftModel.from_pretrained(model, str(folder)).merge_and_unload().requires_grad_(True)
+
+
 def save_merged(folder: str | Path, out_dir: str | Path, base: str | None = None) -> None:
     """Loads ``base`` (default: the adapter's own base) with ``folder``'s adapter, merges, saves a plain HF folder.
 
@@ -234,16 +251,4 @@ def save_merged(folder: str | Path, out_dir: str | Path, base: str | None = None
         out_dir: Destination (an existing, empty folder).
         base: Base model (local folder, hub id or ``rlforge/default-policy``).
     """
-    require("peft", "rlforge export --merge")
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    from rlforge.models.loading import resolve_model_path
-
-    name = base or base_model_path(folder)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype="auto")
-    except OSError as err:
-        raise CheckpointError(f"{folder}: cannot load the base model {name!r} (pass --base MODEL): {err}") from err
-    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    merged.save_pretrained(str(out_dir), safe_serialization=True)
+    load_merged(folder, "auto", base).save_pretrained(str(out_dir), safe_serialization=True)

@@ -131,3 +131,25 @@ def test_missing_peft_extra_is_one_line_with_the_pip_command(monkeypatch):
         MissingDependencyError, match=r"module.peft needs the `peft` extra: `pip install 'rlforge\[peft\]'`"
     ):
         GRPOModule(peft=peft.LoraConfig(**LORA))
+
+
+def test_lora_sft_checkpoint_is_a_fit_model_loaded_merged(tiny_policy_dir, tmp_path):
+    from peft import PeftModel
+
+    from rlforge.cli import run
+    from tests.helpers import fast_flags, metric_rows
+
+    lora = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 8, target_modules: all-linear}}"
+    run(
+        ["sft", "--trainer.max_steps", "3", "--trainer.default_root_dir", str(tmp_path / "sft"),
+         "--trainer.enable_progress_bar", "false", "--trainer.val_check_interval", "0", "--data.batch_size", "4",
+         "--module.model", tiny_policy_dir, "--module.lr", "0.01", "--module.init_args.peft", lora]
+    )  # fmt: skip
+    folder = tmp_path / "sft" / "checkpoints" / "step-000003" / "policy"
+    assert (folder / "adapter_config.json").is_file()
+    loaded, _ = load_policy(str(folder))  # the base with the adapters merged: a plain HF model
+    base, _ = load_policy(tiny_policy_dir)
+    want = PeftModel.from_pretrained(base, str(folder)).merge_and_unload().state_dict()
+    assert not is_peft_model(loaded) and all(torch.equal(loaded.state_dict()[k], v) for k, v in want.items())
+    run(["fit", *fast_flags(str(folder), tmp_path / "rl")])
+    assert len(metric_rows(tmp_path / "rl")) == 2
