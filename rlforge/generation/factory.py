@@ -86,10 +86,19 @@ class PolicySampler:
     def __init__(self, policy: nn.Module, tokenizer: Any, seed: int = 0) -> None:
         self.policy = policy
         self._mirrored = callable(getattr(policy, "to_hf_model", None)) or is_peft_model(policy)
-        model = hf_copy(policy) if self._mirrored else policy
-        self.generator = TorchGenerator(model, tokenizer, seed=seed)
+        self._tokenizer, self._seed = tokenizer, seed
+        # A PEFT mirror is one more copy of the model: built only if validation ever samples here (with vLLM
+        # validation usually samples in the engine instead).
+        lazy = is_peft_model(policy)
+        self.generator = None if lazy else self._build()
+
+    def _build(self) -> TorchGenerator:
+        model = hf_copy(self.policy) if self._mirrored else self.policy
+        return TorchGenerator(model, self._tokenizer, seed=self._seed)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        if self.generator is None:
+            self.generator = self._build()
         if self._mirrored:
             self.generator.update_weights(generator_weights(self.policy), self.generator.policy_version)
         return self.generator.generate(prompt_ids, params)

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.errors import ConfigError, WorkerDiedError
-from rlforge.generation import SamplingParams
-from rlforge.generation.factory import PolicySampler
+from rlforge.generation import PolicySampler, SamplingParams
 from rlforge.models import compute_logprobs
 from rlforge.models.peft import base_model, generator_weights, is_peft_model
 from rlforge.strategies import mesh, placement
