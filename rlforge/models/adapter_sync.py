@@ -85,7 +85,7 @@ class AdapterMerger:
         for name, w in self.weights.items():
             delta = adapter[w.key_b].to(w.base.device) @ adapter[w.key_a].to(w.base.device)
             delta = (delta.T if w.fan_in_fan_out else delta) * w.scaling
-            merged[name] = w.base + delta.to(w.base.dtype)
+            merged[name] = (w.base + delta).to(w.base.dtype)  # promoted add, then cast: PEFT's merge
         return merged
 
 

@@ -146,7 +146,8 @@ def merged_state_dict(policy: nn.Module) -> dict[str, torch.Tensor]:
             layer = layers[owner]
             for adapter in layer.active_adapters:
                 if adapter in layer.lora_A:
-                    tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+                    # As merge's in-place `+=`: added in the promoted dtype (fp32 adapters on a bf16 base), then cast.
+                    tensor = (tensor + layer.get_delta_weight(adapter)).to(tensor.dtype)
         merged[name] = tensor
     return merged
 

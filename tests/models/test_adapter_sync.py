@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -22,8 +24,10 @@ def _policy(**lora):
     return apply_peft(policy, peft.LoraConfig(**lora))
 
 
-def test_generator_side_merge_is_bitwise_the_merged_sync():
-    policy = _policy(r=8, lora_alpha=16, target_modules="all-linear")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_generator_side_merge_is_bitwise_the_merged_sync(dtype):
+    policy, _ = load_policy("rlforge/default-policy", dtype)
+    policy = apply_peft(policy, peft.LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     merger = AdapterMerger(policy)
     with torch.no_grad():
         for name, param in policy.named_parameters():
@@ -32,6 +36,8 @@ def test_generator_side_merge_is_bitwise_the_merged_sync():
     merged, full = merger.merge(adapter_payload(policy)), merged_state_dict(policy)
     assert len(merged) == 4 * 7 and set(merged) <= set(full)
     assert all(torch.equal(merged[k], full[k]) for k in merged)
+    reference = copy.deepcopy(policy).merge_and_unload().state_dict()  # PEFT's own merge, in place
+    assert all(torch.equal(full[k], reference[k]) and full[k].dtype == reference[k].dtype for k in reference)
 
 
 @pytest.mark.parametrize(
