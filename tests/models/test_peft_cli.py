@@ -77,6 +77,7 @@ def test_every_checkpoint_holds_an_adapter_folder_that_peft_loads(lora_run):
     assert any(float(t.abs().max()) > 0 for k, t in saved.items() if "lora_B" in k)  # it trained
 
 
+@pytest.mark.slow
 def test_export_merge_matches_the_adapter_model_and_plain_export_is_the_adapter(lora_run, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
