@@ -8,9 +8,19 @@ For each model size (float32 tensors of 4 MiB each) this times, in one process, 
   (``WeightPublisher.publish``), the generator actor in ANOTHER process pulls it (``RDMABuffer.read_into``,
   or the bytes in the message) and loads it, acknowledges; then the old version is freed.
 
+With ``--lora`` it instead compares, for a LoRA policy (PEFT, r=8 on all linear layers), the two weight
+syncs ``LocalStrategy(peft_sync=...)`` offers, in one process, interleaved (no Monarch needed):
+
+* ``merged``: the trainer computes the merged weights (``generator_weights``) and the generator loads all of them;
+* ``adapter``: only the LoRA tensors cross (``adapter_payload``); the generator side adds ``B @ A * scaling`` to
+  its base copy (``AdapterMerger``) and loads the adapted weights.
+
+``bytes`` is what crosses from trainer to generator (what a process boundary would carry).
+
 ::
 
     python benchmarks/bench_sync.py --sizes-mb 10 100 400 --repeats 5
+    python benchmarks/bench_sync.py --lora --lora-hidden 0 1024 --repeats 5   # 0: the bundled default policy
 """
 
 from __future__ import annotations
@@ -67,12 +77,84 @@ def measure(size_mb: int, sink, transports: list[str], repeats: int, publisher_c
     return results
 
 
+def _lora_policy(hidden: int, rank: int) -> nn.Module:
+    """The bundled default policy (``hidden == 0``) or a random Qwen3 of that width, with LoRA on all linears."""
+    from peft import LoraConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlforge.models import load_policy
+    from rlforge.models.peft import apply_peft
+
+    if hidden == 0:
+        policy, _ = load_policy("rlforge/default-policy")
+    else:
+        config = AutoConfig.for_model(
+            "qwen3", hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=8, head_dim=128,
+            num_attention_heads=hidden // 128, num_key_value_heads=max(1, hidden // 256), vocab_size=32000,
+        )  # fmt: skip
+        policy = AutoModelForCausalLM.from_config(config)
+    policy = apply_peft(policy, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.01)
+    return policy
+
+
+def measure_lora(hidden: int, repeats: int, rank: int = 8) -> dict[str, float]:
+    """Median seconds and bytes of the merged and the adapter-only sync of one LoRA policy."""
+    from rlforge.generation.factory import hf_copy
+    from rlforge.models.adapter_sync import AdapterMerger, adapter_payload, payload_bytes
+    from rlforge.models.peft import generator_weights
+
+    policy = _lora_policy(hidden, rank)
+    generator, merger = hf_copy(policy), AdapterMerger(policy)
+    own = generator.state_dict()
+
+    def merged() -> None:
+        generator.load_state_dict(generator_weights(policy))
+
+    def adapter() -> None:
+        generator.load_state_dict({**own, **merger.merge(adapter_payload(policy))})
+
+    merged(), adapter()  # warm-up
+    results = {
+        "merged_bytes": payload_bytes(generator_weights(policy)),
+        "adapter_bytes": payload_bytes(adapter_payload(policy)),
+    }
+    times = {"merged": [], "adapter": []}
+    for _ in range(repeats):  # interleaved, so load drift hits both alike
+        for name, fn in (("merged", merged), ("adapter", adapter)):
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    results.update({f"{name}_s": statistics.median(t) for name, t in times.items()})
+    return results
+
+
+def main_lora(hiddens: list[int], repeats: int) -> None:
+    print(f"{'model':>14} {'merged MB':>10} {'adapter MB':>11} {'ratio':>7} {'merged s':>9} {'adapter s':>10}")
+    for hidden in hiddens:
+        r = measure_lora(hidden, repeats)
+        name = "default" if hidden == 0 else f"qwen3-h{hidden}"
+        ratio = r["adapter_bytes"] / r["merged_bytes"]
+        print(
+            f"{name:>14} {r['merged_bytes'] / 1e6:>10.2f} {r['adapter_bytes'] / 1e6:>11.3f} {ratio:>7.2%} "
+            f"{r['merged_s']:>9.4f} {r['adapter_s']:>10.4f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[10, 100, 400])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--transports", nargs="+", default=["rdma", "message"])
+    parser.add_argument("--lora", action="store_true", help="Merged vs adapter-only sync of a LoRA policy.")
+    parser.add_argument("--lora-hidden", type=int, nargs="+", default=[0, 1024], help="0: the default policy.")
     args = parser.parse_args()
+    if args.lora:
+        main_lora(args.lora_hidden, args.repeats)
+        return
 
     mesh.prepare_environment()
     from monarch.actor import Actor, endpoint, this_host

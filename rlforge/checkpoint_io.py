@@ -33,7 +33,9 @@ def is_complete_checkpoint(path: str | Path) -> bool:
     """
     path = Path(path)
     policy = path / POLICY_DIR
-    return (path / STATE_FILE).is_file() and (policy / "config.json").is_file() and any(policy.glob("*.safetensors"))
+    # A LoRA run's policy folder is a PEFT adapter folder (adapter_config.json + adapter_model.safetensors).
+    config = (policy / "config.json").is_file() or (policy / "adapter_config.json").is_file()
+    return (path / STATE_FILE).is_file() and config and any(policy.glob("*.safetensors"))
 
 
 def fsync_path(path: str | Path) -> None:

@@ -68,8 +68,10 @@ def _plot(args: Namespace) -> Any:
 def _export(args: Namespace) -> Any:
     from rlforge.export import export_policy
 
-    out = export_policy(args.ckpt, args.out_dir)
-    print(f"rlforge: wrote {out} (loads with AutoModelForCausalLM.from_pretrained)")
+    out = export_policy(args.ckpt, args.out_dir, merge=args.merge, base=args.base)
+    adapter = (out / "adapter_config.json").is_file()
+    loader = "peft.PeftModel.from_pretrained(base, folder)" if adapter else "AutoModelForCausalLM.from_pretrained"
+    print(f"rlforge: wrote {out} (loads with {loader})")
     return out
 
 
@@ -84,6 +86,8 @@ def _tool_parsers() -> dict[str, tuple[str, ArgumentParser, Any]]:
     )
     export.add_argument("ckpt", type=str, help="Checkpoint folder, checkpoints folder (its last) or run root.")
     export.add_argument("out_dir", type=str, help="Destination folder.")
+    export.add_argument("--merge", type=bool, default=False, help="LoRA runs: merge the adapters into the base model.")
+    export.add_argument("--base", type=str | None, default=None, help="LoRA runs: base model (default: the adapter's).")
     return {
         "plot": ("Plot a run's curves (PNG) from metrics.csv.", plot, _plot),
         "export": ("Export a checkpoint's policy as a Hugging Face folder.", export, _export),

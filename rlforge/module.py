@@ -24,6 +24,7 @@ from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
 from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
+from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
 
@@ -152,12 +153,15 @@ class PolicyModule(RLModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        peft: Any = None,
         *,
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__()
         check_optimizer_args(type(self), lr, weight_decay, warmup_steps, optimizer, lr_scheduler)
+        check_peft_config(peft, backend)
+        self.peft = peft
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
         check_backend(backend, backend_options)
@@ -174,10 +178,16 @@ class PolicyModule(RLModule):
             self.policy, self.tokenizer = load_policy(
                 self.model_name, self.dtype, device, backend=self.backend, backend_options=self.backend_options
             )
+            if self.peft is not None:  # adapters (rlforge/models/peft.py): base frozen, only they train
+                self.policy = apply_peft(self.policy, self.peft)
+                if self.trainer is not None:
+                    trainable, total = trainable_parameters(self.policy)
+                    self.log("model/trainable_params", trainable)
+                    self.log("model/trainable_pct", 100.0 * trainable / max(total, 1))
 
     def configure_optimizers(self) -> dict[str, Any]:
         return build_optimizers(
-            self.policy.parameters(),
+            [p for p in self.policy.parameters() if p.requires_grad],  # frozen base weights stay out (LoRA)
             self.lr,
             self.weight_decay,
             self.warmup_steps,
@@ -227,6 +237,10 @@ class GRPOModule(PolicyModule):
             null: AdamW(``lr``, ``weight_decay``).
         lr_scheduler: An LR scheduler by class_path, stepped once per RL step; null: linear warm-up over
             ``warmup_steps``.
+        peft: PEFT adapters to train instead of the full model, a ``peft`` config by class_path, e.g.
+            ``{class_path: peft.LoraConfig, init_args: {r: 8, lora_alpha: 16, target_modules: all-linear}}``
+            (needs the ``peft`` extra; ``hf`` backend only). The generator gets the merged weights, the
+            reference is the base with adapters disabled, checkpoints hold the adapter folder.
     """
 
     def __init__(
@@ -255,6 +269,7 @@ class GRPOModule(PolicyModule):
         system_prompt: str | None = None,
         backend: str = "hf",
         backend_options: dict[str, Any] | None = None,
+        peft: Any = None,
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
@@ -268,6 +283,7 @@ class GRPOModule(PolicyModule):
             system_prompt,
             backend,
             backend_options,
+            peft,
             optimizer=optimizer,
             lr_scheduler=lr_scheduler,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -31,6 +33,8 @@ class SFTModule(PolicyModule):
         chat_template: Encode prompts as the user turn of the tokenizer's chat template.
         system_prompt: System message before the user turn (needs ``chat_template: true``).
         dtype: Policy parameter dtype.
+        peft: PEFT adapters to train instead of the full model (e.g. ``peft.LoraConfig`` by class_path; the
+            checkpoint's ``policy/`` is then the adapter folder).
     """
 
     supervised = True
@@ -48,8 +52,9 @@ class SFTModule(PolicyModule):
         chat_template: bool = False,
         system_prompt: str | None = None,
         dtype: str = "float32",
+        peft: Any = None,
     ) -> None:
-        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt)
+        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, peft=peft)
         if max_length < 2:
             raise ConfigError(f"module.max_length must be >= 2, got {max_length}")
         if micro_batch_size is not None and micro_batch_size < 1:

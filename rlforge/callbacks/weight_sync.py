@@ -33,11 +33,13 @@ class WeightSync(Callback):
         return trainer.global_step % self.sync_interval == 0
 
     def sync(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        """Pushes the weights now and records ``perf/sync_s``."""
+        """Pushes the weights now; records ``perf/sync_s`` and ``perf/sync_bytes`` (when the strategy counts them)."""
         start = time.perf_counter()
-        trainer.strategy.sync_weights(module, trainer.policy_version)
+        sent = trainer.strategy.sync_weights(module, trainer.policy_version)
         self.last_synced_version = trainer.policy_version
         trainer._log_metric("perf/sync_s", time.perf_counter() - start)
+        if sent is not None:
+            trainer._log_metric("perf/sync_bytes", float(sent))
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_synced_version": self.last_synced_version}

@@ -12,6 +12,7 @@ from rlforge.generation.base import Generator
 from rlforge.generation.params import SamplingParams
 from rlforge.generation.torch_generator import TorchGenerator
 from rlforge.imports import require
+from rlforge.models.peft import generator_weights, is_peft_model, merged_copy
 from rlforge.types import Completion
 
 GENERATORS = ("torch", "vllm")
@@ -29,8 +30,11 @@ def check_generator_name(kind: str, field: str = "trainer.strategy.generator") -
 def hf_copy(policy: nn.Module) -> nn.Module:
     """A frozen HF causal LM holding the policy's current weights (the sampler's own copy).
 
-    Policies that are not HF models (the torchtitan backend) provide ``to_hf_model()``.
+    Policies that are not HF models (the torchtitan backend) provide ``to_hf_model()``; a PEFT policy
+    becomes a plain HF model with its adapters merged.
     """
+    if is_peft_model(policy):
+        return merged_copy(policy)
     to_hf = getattr(policy, "to_hf_model", None)
     model = to_hf() if callable(to_hf) else copy.deepcopy(policy)
     return model.requires_grad_(False)
@@ -62,14 +66,16 @@ def build_generator(
         return TorchGenerator(hf_copy(policy), tokenizer, seed=seed, policy_version=policy_version)
     from rlforge.generation.vllm_generator import VLLMGenerator
 
-    return VLLMGenerator.from_policy(policy, tokenizer, seed=seed, policy_version=policy_version, **options)
+    # vLLM starts from a saved HF folder: a PEFT policy is saved merged; later syncs reload merged weights.
+    source = merged_copy(policy) if is_peft_model(policy) else policy
+    return VLLMGenerator.from_policy(source, tokenizer, seed=seed, policy_version=policy_version, **options)
 
 
 class PolicySampler:
     """Samples with the policy's CURRENT weights (validation), whatever the policy backend.
 
-    An HF policy is sampled in place. A non-HF policy (``to_hf_model()``) is mirrored into an HF copy whose
-    weights are refreshed from ``policy.state_dict()`` (HF names) before each call.
+    An HF policy is sampled in place. A non-HF policy (``to_hf_model()``) or a PEFT policy is mirrored into an
+    HF copy whose weights are refreshed from ``policy.state_dict()`` (HF names; merged for PEFT) before each call.
 
     Args:
         policy: The trainable policy.
@@ -79,11 +85,20 @@ class PolicySampler:
 
     def __init__(self, policy: nn.Module, tokenizer: Any, seed: int = 0) -> None:
         self.policy = policy
-        self._mirrored = callable(getattr(policy, "to_hf_model", None))
-        model = hf_copy(policy) if self._mirrored else policy
-        self.generator = TorchGenerator(model, tokenizer, seed=seed)
+        self._mirrored = callable(getattr(policy, "to_hf_model", None)) or is_peft_model(policy)
+        self._tokenizer, self._seed = tokenizer, seed
+        # A PEFT mirror is one more copy of the model: built only if validation ever samples here (with vLLM
+        # validation usually samples in the engine instead).
+        lazy = is_peft_model(policy)
+        self.generator = None if lazy else self._build()
+
+    def _build(self) -> TorchGenerator:
+        model = hf_copy(self.policy) if self._mirrored else self.policy
+        return TorchGenerator(model, self._tokenizer, seed=self._seed)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        if self.generator is None:
+            self.generator = self._build()
         if self._mirrored:
-            self.generator.update_weights(self.policy.state_dict(), self.generator.policy_version)
+            self.generator.update_weights(generator_weights(self.policy), self.generator.policy_version)
         return self.generator.generate(prompt_ids, params)

@@ -58,7 +58,8 @@ def load_policy(
 
     Args:
         name_or_path: ``rlforge/default-policy``, a local HF folder, or a hub id such as
-            ``Qwen/Qwen3-1.7B`` (needs network or a populated HF cache).
+            ``Qwen/Qwen3-1.7B`` (needs network or a populated HF cache); a PEFT adapter folder (a LoRA
+            checkpoint's ``policy/``) loads as its base model with the adapters merged.
         dtype: ``float32``, ``bfloat16`` or ``float16``.
         device: Where to place the model.
         backend: ``hf`` (transformers) or ``titan`` (torchtitan model with HF-named weights; needs the
@@ -71,6 +72,8 @@ def load_policy(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlforge.models.peft import is_adapter_folder, load_merged
+
     if dtype not in _DTYPES:
         raise ConfigError(f"model dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     check_backend(backend, backend_options)
@@ -82,6 +85,8 @@ def load_policy(
                 from rlforge.models.titan_policy import TitanPolicy
 
                 model = TitanPolicy.from_pretrained(path, dtype=dtype, device=device, **(backend_options or {}))
+            elif is_adapter_folder(path):  # a LoRA run's policy/ folder: its base with the adapters merged
+                model = load_merged(path, _DTYPES[dtype])
             else:
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
     except OSError as err:

@@ -51,8 +51,8 @@ class Strategy(ABC):
         """Reference-model logprobs of the batch's response tokens, ``[B, T]``."""
 
     @abstractmethod
-    def sync_weights(self, module: rlforge.RLModule, version: int) -> None:
-        """Pushes the policy weights to the generator as ``version``."""
+    def sync_weights(self, module: rlforge.RLModule, version: int) -> int | None:
+        """Pushes the policy weights to the generator as ``version``; returns the bytes sent (``None``: not counted)."""
 
     def rollout(self, module: rlforge.RLModule, rows: list[dict[str, Any]]) -> list[Group]:
         """Samples ``module.group_size`` completions per prompt row and wraps them as episodes."""

@@ -11,6 +11,8 @@ from rlforge.errors import ConfigError
 from rlforge.generation import Generator, SamplingParams
 from rlforge.generation.factory import PolicySampler, build_generator, check_generator_name
 from rlforge.models import compute_logprobs
+from rlforge.models.adapter_sync import AdapterMerger, adapter_payload, check_sync_mode, payload_bytes
+from rlforge.models.peft import base_model, generator_weights, is_peft_model
 from rlforge.strategies.base import Strategy
 from rlforge.types import Completion, TrainBatch
 
@@ -30,14 +32,24 @@ class LocalStrategy(Strategy):
             ``vllm`` extra; validation also uses it while its weights are current).
         generator_options: Keyword arguments of the generator class (e.g. for vLLM
             ``gpu_memory_utilization``, ``sleep_between_rollouts``, ``dtype``).
+        peft_sync: With a PEFT (LoRA) policy: ``merged`` sends the merged weights to the generator (any
+            generator; vLLM reloads them), ``adapter`` sends only the LoRA tensors and the generator side
+            merges them into its copy of the base weights (``torch`` generator only).
     """
 
     def __init__(
-        self, device: str = "auto", generator: str = "torch", generator_options: dict[str, Any] | None = None
+        self,
+        device: str = "auto",
+        generator: str = "torch",
+        generator_options: dict[str, Any] | None = None,
+        peft_sync: str = "merged",
     ) -> None:
         if device != "auto" and not (device == "cpu" or device.startswith("cuda")):
             raise ConfigError(f"trainer.strategy.device must be auto, cpu or cuda[:N], got {device!r}")
         check_generator_name(generator)
+        check_sync_mode(peft_sync, generator)
+        self.peft_sync = peft_sync
+        self._merger: AdapterMerger | None = None
         self.device = device
         self.generator, self.generator_options = generator, dict(generator_options or {})
         self._trainer: rlforge.RLTrainer | None = None
@@ -62,7 +74,10 @@ class LocalStrategy(Strategy):
             self._generator = build_generator(
                 self.generator, module.policy, module.tokenizer, seed, policy_version=0, options=self.generator_options
             )
-            if module.beta > 0 or module.needs_reference:
+            if self.peft_sync == "adapter":
+                self._merger = AdapterMerger(module.policy)  # the generator side of an adapter-only sync
+            # A PEFT policy is its own reference (adapters disabled): no second copy of the weights.
+            if (module.beta > 0 or module.needs_reference) and not is_peft_model(module.policy):
                 self._reference = copy.deepcopy(module.policy).requires_grad_(False).eval()
 
     @property
@@ -84,6 +99,12 @@ class LocalStrategy(Strategy):
 
     @torch.no_grad()
     def reference_logprobs(self, module: rlforge.RLModule, batch: TrainBatch) -> torch.Tensor:
+        if is_peft_model(module.policy):
+            with base_model(module.policy) as reference:
+                logprobs, _ = compute_logprobs(
+                    reference, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature
+                )
+            return logprobs
         if self._reference is None:
             raise ConfigError(
                 "a KL term needs the reference model, but it was not built at setup: start with beta > 0 "
@@ -95,8 +116,15 @@ class LocalStrategy(Strategy):
         return logprobs
 
     @torch.no_grad()
-    def sync_weights(self, module: rlforge.RLModule, version: int) -> None:
-        self._generator.update_weights(module.policy.state_dict(), version)
+    def sync_weights(self, module: rlforge.RLModule, version: int) -> int:
+        if self._merger is not None:  # adapter-only: the LoRA tensors cross, the generator side merges them
+            payload = adapter_payload(module.policy)
+            weights = {**self._generator.weights_state_dict(), **self._merger.merge(payload)}
+            self._generator.update_weights(weights, version)
+            return payload_bytes(payload)
+        weights = generator_weights(module.policy)  # a PEFT policy sends its merged weights
+        self._generator.update_weights(weights, version)
+        return payload_bytes(weights)
 
     def state_dict(self) -> dict[str, Any]:
         if self._generator is None:
@@ -117,7 +145,7 @@ class LocalStrategy(Strategy):
         if not state or self._generator is None:
             return
         # Without saved generator weights the generator was in sync with the (restored) policy.
-        weights = state.get("generator_weights") or self._trainer.module.policy.state_dict()
+        weights = state.get("generator_weights") or generator_weights(self._trainer.module.policy)
         self._generator.update_weights(weights, self._generator.policy_version)
         self._generator.load_state_dict(state["generator"])
         if "reference_weights" in state:
@@ -127,7 +155,7 @@ class LocalStrategy(Strategy):
 
     def teardown(self) -> None:
         self._generator = self._policy_sampler = None
-        self._reference = None
+        self._reference = self._merger = None
 
 
 def _cpu_copy(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

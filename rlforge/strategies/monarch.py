@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.errors import ConfigError, WorkerDiedError
-from rlforge.generation import SamplingParams, TorchGenerator
+from rlforge.generation import PolicySampler, SamplingParams
 from rlforge.models import compute_logprobs
+from rlforge.models.peft import base_model, generator_weights, is_peft_model
 from rlforge.strategies import mesh, placement
 from rlforge.strategies.actors.factory import check_backend
 from rlforge.strategies.actors.spec import PolicySpec
@@ -138,7 +139,7 @@ class MonarchStrategy(Strategy):
 
     def _reset(self) -> None:
         self._trainer: rlforge.RLTrainer | None = None
-        self._policy_sampler: TorchGenerator | None = None
+        self._policy_sampler: PolicySampler | None = None
         self._generators: list[mesh.Replica] = []
         self._reference_replica: mesh.Replica | None = None
         self._reward_replicas: list[mesh.Replica] = []
@@ -167,7 +168,7 @@ class MonarchStrategy(Strategy):
     def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         self._trainer = trainer
         module.policy.to(self.root_device)
-        self._policy_sampler = TorchGenerator(module.policy, module.tokenizer, seed=trainer.seed + 1)
+        self._policy_sampler = PolicySampler(module.policy, module.tokenizer, seed=trainer.seed + 1)
         if trainer.stage != "fit" or module.supervised:
             return
         sync_interval = trainer.weight_sync.sync_interval
@@ -188,7 +189,8 @@ class MonarchStrategy(Strategy):
         self._spec = PolicySpec.of(module.policy)
         for i in range(self.generator.num_replicas):
             self._generators.append(self._spawn_generator(i, module, GeneratorActor))
-        if module.beta > 0 or module.needs_reference:
+        # A PEFT policy is its own reference (adapters disabled, in this process): no reference actor.
+        if (module.beta > 0 or module.needs_reference) and not is_peft_model(module.policy):
             self._reference_weights = {
                 k: v.detach().to("cpu", copy=True) for k, v in module.policy.state_dict().items()
             }
@@ -198,7 +200,7 @@ class MonarchStrategy(Strategy):
             )  # fmt: skip
         if self.reward.num_replicas:
             self._setup_rewards(module, RewardActor)
-        handle = self._publisher.publish(module.policy.state_dict(), trainer.policy_version)
+        handle = self._publisher.publish(generator_weights(module.policy), trainer.policy_version)
         for replica in self._generators:
             self._acks.append((replica.index, replica.actor.update_weights.call_one(handle, self.timeout_s)))
         if self._reference_replica is not None:
@@ -256,12 +258,13 @@ class MonarchStrategy(Strategy):
             self._trainer._log_metric("perf/sync_pull_s", max(pulls))
 
     @torch.no_grad()
-    def sync_weights(self, module: rlforge.RLModule, version: int) -> None:
-        handle = self._publisher.publish(module.policy.state_dict(), version)
+    def sync_weights(self, module: rlforge.RLModule, version: int) -> int:
+        handle = self._publisher.publish(generator_weights(module.policy), version)  # merged for a PEFT policy
         for replica in self._generators:
             self._acks.append((replica.index, replica.actor.update_weights.call_one(handle, self.timeout_s)))
         if not self.asynchronous:
             self._drain_acks()
+        return handle.layout.nbytes
 
     # -------------------------------------------------------------------------------- rollouts
     def _submit(
@@ -344,6 +347,12 @@ class MonarchStrategy(Strategy):
 
     @torch.no_grad()
     def reference_logprobs(self, module: rlforge.RLModule, batch: TrainBatch) -> torch.Tensor:
+        if is_peft_model(module.policy):
+            with base_model(module.policy) as reference:
+                logprobs, _ = compute_logprobs(
+                    reference, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature
+                )
+            return logprobs
         if self._reference_replica is None:
             raise ConfigError(
                 "a KL term needs the reference model, but it was not built at setup: start with beta > 0 "
@@ -430,7 +439,7 @@ class MonarchStrategy(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state or not self._generators:
             return
-        weights = state.get("generator_weights") or self._trainer.module.policy.state_dict()
+        weights = state.get("generator_weights") or generator_weights(self._trainer.module.policy)
         version = int(state.get("generator_version", self._trainer.policy_version))
         handle = self._publisher.publish(weights, version)
         for replica in self._generators:

@@ -24,6 +24,7 @@ from rlforge.checkpoint_io import (
     restore_rng_state,
 )
 from rlforge.errors import CheckpointError
+from rlforge.models.peft import is_adapter_folder, is_peft_model, load_adapter
 from rlforge.trainer.call import call_hook
 
 if TYPE_CHECKING:
@@ -74,8 +75,9 @@ def plain_state(obj: Any, where: str = "state") -> Any:
 
 
 def save(trainer: rlforge.RLTrainer, path: Path) -> Path:
-    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``), ``path/trainer_state.pt``
-    and, last, ``path/manifest.json``; everything is fsynced before the folder is renamed into place."""
+    """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``; for a PEFT policy, the adapter
+    folder ``peft.PeftModel.from_pretrained(base, path/policy)`` loads), ``path/trainer_state.pt`` and, last,
+    ``path/manifest.json``; everything is fsynced before the folder is renamed into place."""
     state = build_state(trainer)
     call_hook(trainer, "on_save_checkpoint", state)
     state = plain_state(state)
@@ -198,7 +200,10 @@ def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
     if skipped:
         log.warning(f"rlforge: warning: skipped damaged checkpoint(s) ({'; '.join(skipped)}); resuming from {path}")
     print(f"rlforge: resuming from {path} (step {step})", flush=True)
-    _load_policy_weights(trainer.module.policy, weights, path / POLICY_DIR)
+    if is_peft_model(trainer.module.policy) or is_adapter_folder(path / POLICY_DIR):
+        load_adapter(trainer.module.policy, path / POLICY_DIR)  # LoRA: only the adapters were saved
+    else:
+        _load_policy_weights(trainer.module.policy, weights, path / POLICY_DIR)
     trainer.progress.load_state_dict(state["progress"])
     if trainer.optimizer is not None and state["optimizer"] is not None:
         trainer.optimizer.load_state_dict(state["optimizer"])
