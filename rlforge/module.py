@@ -22,9 +22,9 @@ from rlforge.losses import GRPOLoss, PolicyLoss
 from rlforge.losses.call import LossModule, call_loss, check_loss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs, load_policy
 from rlforge.models.loading import check_backend
+from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
-from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.shaping import apply_overlong_penalty
 from rlforge.types import Group, TrainBatch
 
@@ -160,8 +160,7 @@ class PolicyModule(RLModule):
     ) -> None:
         super().__init__()
         check_optimizer_args(type(self), lr, weight_decay, warmup_steps, optimizer, lr_scheduler)
-        check_peft_config(peft, backend)
-        self.peft = peft
+        self.peft = check_peft_config(peft, backend)
         if system_prompt is not None and not chat_template:
             raise ConfigError("module.system_prompt needs `module.chat_template true` (it is a chat template turn)")
         check_backend(backend, backend_options)

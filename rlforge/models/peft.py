@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,13 +34,39 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
-def check_peft_config(config: Any, backend: str = "hf", field: str = "module.peft") -> None:
-    """Fails early on a missing ``peft`` extra, a value that is not a PEFT config, or the titan backend."""
+def check_peft_config(config: Any, backend: str = "hf", field: str = "module.peft") -> Any:
+    """The PEFT config ``config`` stands for; fails early on a missing ``peft`` extra, a value that is not a
+    PEFT config, or the titan backend.
+
+    From YAML/CLI the value arrives as ``{class_path, init_args}`` data (the CLI never instantiates ``Any``
+    fields, so a config cannot run code): it is built here, and only when the class is a ``peft.PeftConfig``.
+    """
     if config is None:
-        return
+        return None
     require("peft", field)
     from peft import PeftConfig
 
+    if not isinstance(config, PeftConfig) and hasattr(config, "get") and config.get("class_path"):
+        import importlib
+
+        from jsonargparse import Namespace
+
+        spec = config.as_dict() if isinstance(config, Namespace) else dict(config)
+        module_name, _, name = str(spec["class_path"]).rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name or "peft"), name)
+        except Exception as err:
+            raise ConfigError(f"{field}.class_path: cannot import {spec['class_path']!r}: {err}") from err
+        if not (isinstance(cls, type) and issubclass(cls, PeftConfig)):
+            raise ConfigError(f"{field}.class_path must name a peft config class, got {spec['class_path']!r}")
+        defaults = cls()
+        kwargs = {}
+        for key, value in dict(spec.get("init_args") or {}).items():
+            default = getattr(defaults, key, None)
+            # Nested dataclass options (e.g. LoRA's runtime_config) arrive as plain dicts.
+            is_nested = isinstance(value, dict) and dataclasses.is_dataclass(default)
+            kwargs[key] = type(default)(**value) if is_nested else value
+        config = cls(**kwargs)
     if not isinstance(config, PeftConfig):
         raise ConfigError(
             f"{field} must be a PEFT config given by class_path, e.g. "
@@ -51,6 +78,7 @@ def check_peft_config(config: Any, backend: str = "hf", field: str = "module.pef
             f"{field} is not supported by module.backend={backend!r} (torchtitan models are not PEFT models); "
             "use backend 'hf' for LoRA"
         )
+    return config
 
 
 def is_peft_model(policy: Any) -> bool:

@@ -145,7 +145,7 @@ def test_lora_sft_checkpoint_is_a_fit_model_loaded_merged(tiny_policy_dir, tmp_p
          "--trainer.enable_progress_bar", "false", "--trainer.val_check_interval", "0", "--data.batch_size", "4",
          "--module.model", tiny_policy_dir, "--module.lr", "0.01", "--module.init_args.peft", lora]
     )  # fmt: skip
-    folder = tmp_path / "sft" / "checkpoints" / "step-000003" / "policy"
+    folder = tmp_path / "sft" / "rlforge" / "version_0" / "checkpoints" / "step-000003" / "policy"
     assert (folder / "adapter_config.json").is_file()
     loaded, _ = load_policy(str(folder))  # the base with the adapters merged: a plain HF model
     base, _ = load_policy(tiny_policy_dir)

@@ -63,7 +63,7 @@ def test_every_checkpoint_holds_an_adapter_folder_that_peft_loads(lora_run):
 
     from rlforge.models import load_policy
 
-    checkpoints = sorted((lora_run / "checkpoints").glob("step-*"))
+    checkpoints = sorted((lora_run / "rlforge" / "version_0" / "checkpoints").glob("step-*"))
     assert [p.name for p in checkpoints] == ["step-000001", "step-000002", "step-000003"]
     for ckpt in checkpoints:
         folder = ckpt / "policy"
