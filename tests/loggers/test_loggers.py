@@ -66,7 +66,7 @@ def test_wandb_offline_run_has_metrics_config_tables_and_checkpoints(tiny_policy
         ["--trainer.logger", "rlforge.loggers.WandbLogger", "--trainer.logger.log_model", "all"],
     )
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
-    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir"}
+    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir", "mpl"}
 
     run_file = _wandb_file(root)
     rows = history(run_file)
