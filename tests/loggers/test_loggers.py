@@ -20,7 +20,8 @@ STEPS = 3
 
 def _fit(policy: str, tmp: Path, logger_flags: list[str]) -> tuple[Path, dict[str, str]]:
     """Runs `rlforge fit` from an empty folder with HOME and every W&B folder redirected into ``tmp``."""
-    dirs = {name: tmp / name for name in ("home", "cwd", "wandb_dir", "wandb_cache", "wandb_data", "wandb_config")}
+    names = ("home", "cwd", "wandb_dir", "wandb_cache", "wandb_data", "wandb_config", "mpl")
+    dirs = {name: tmp / name for name in names}
     dirs["cwd"].mkdir()
     env = {
         **os.environ,
@@ -31,6 +32,9 @@ def _fit(policy: str, tmp: Path, logger_flags: list[str]) -> tuple[Path, dict[st
         "WANDB_CACHE_DIR": str(dirs["wandb_cache"]),
         "WANDB_DATA_DIR": str(dirs["wandb_data"]),
         "WANDB_CONFIG_DIR": str(dirs["wandb_config"]),
+        # torchmetrics imports matplotlib when it is installed, and matplotlib keeps a font cache in HOME
+        # unless MPLCONFIGDIR says where (the README says so next to the W&B folders).
+        "MPLCONFIGDIR": str(dirs["mpl"]),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -62,7 +66,7 @@ def test_wandb_offline_run_has_metrics_config_tables_and_checkpoints(tiny_policy
         ["--trainer.logger", "rlforge.loggers.WandbLogger", "--trainer.logger.log_model", "all"],
     )
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
-    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir"}
+    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir", "mpl"}
 
     run_file = _wandb_file(root)
     rows = history(run_file)

@@ -78,11 +78,12 @@ def test_explicit_init_args_still_override(tmp_path):
 
 
 def test_selected_module_class_gets_its_own_defaults():
-    """Not only losses: switching the module class drops GRPOModule's defaults (SFTModule's lr is its own)."""
+    """Not only losses: switching the module class drops GRPOModule's defaults (SFTModule's warm-up is its own)."""
     from rlforge.sft import SFTModule
 
     module = build_parser().parse_args(["fit", "--module", "rlforge.SFTModule"]).fit.module
-    assert module.init_args.lr == _signature_defaults(SFTModule)["lr"] != _signature_defaults(GRPOModule)["lr"]
+    sft, grpo = _signature_defaults(SFTModule), _signature_defaults(GRPOModule)
+    assert module.init_args.warmup_steps == sft["warmup_steps"] != grpo["warmup_steps"]
 
 
 def test_print_config_shows_the_selected_loss_defaults():
