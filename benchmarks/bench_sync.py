@@ -3,8 +3,8 @@
 For each model size (float32 tensors of 4 MiB each) this times, in one process, interleaved:
 
 * ``memcpy``: one ``Tensor.copy_`` of the same bytes (same machine, same process): the ceiling;
-* ``local``: ``LocalStrategy.sync_weights``' path, ``load_state_dict`` into the generator's own copy;
-* ``monarch/<transport>``: ``MonarchStrategy.sync_weights``' path: pack into a versioned flat buffer
+* ``local``: the local weight sync's path (``Services.sync``): ``load_state_dict`` into the generator's own copy;
+* ``monarch/<transport>``: ``RemoteGenerator.update_weights``' path: pack into a versioned flat buffer
   (``WeightPublisher.publish``), the generator actor in ANOTHER process pulls it (``RDMABuffer.read_into``,
   or the bytes in the message) and loads it, acknowledges; then the old version is freed.
 
@@ -32,7 +32,7 @@ import time
 import torch
 from torch import nn
 
-from rlforge.strategies import mesh
+from rlforge.strategies.monarch import mesh
 
 MiB = 2**20
 
@@ -159,8 +159,8 @@ def main() -> None:
     mesh.prepare_environment()
     from monarch.actor import Actor, endpoint, this_host
 
-    from rlforge.strategies.actors.spec import PolicySpec
-    from rlforge.strategies.weights import WeightPublisher, WeightReceiver
+    from rlforge.strategies.monarch.actors.spec import PolicySpec
+    from rlforge.strategies.monarch.weights import WeightPublisher, WeightReceiver
 
     class Sink(Actor):
         """The generator side of a sync: a model copy and a receiver."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from enum import StrEnum
 
 import torch
 from torchmetrics import Metric
@@ -17,7 +18,17 @@ from torchmetrics.aggregation import MaxMetric, MeanMetric, SumMetric
 
 from rlforge.types import Group
 
-REDUCTIONS = ("mean", "sum", "max")
+
+class Reduce(StrEnum):
+    """How the values a metric got in one step become its one value (torchforge's ``Reduce``)."""
+
+    MEAN = "mean"
+    SUM = "sum"
+    MAX = "max"
+    LAST = "last"
+
+
+REDUCTIONS = tuple(r.value for r in Reduce)
 
 _REDUCE_BY_NAME: dict[str, str] = {
     # Counts: how many things happened in the step, not an average.
@@ -25,6 +36,7 @@ _REDUCE_BY_NAME: dict[str, str] = {
     "train/skipped_steps": "sum",
     "rollout/restarts": "sum",
     "rollout/dropped_stale": "sum",
+    "data/skipped_prompts": "sum",
 }
 
 DEFAULT_PASS_SAMPLES = 4
@@ -36,11 +48,11 @@ def register_reduction(name: str, reduce: str) -> None:
 
     Args:
         name: Metric name, e.g. ``reward/errors``.
-        reduce: ``mean``, ``sum`` or ``max``.
+        reduce: ``mean``, ``sum``, ``max`` or ``last``.
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
-    _REDUCE_BY_NAME[name] = reduce
+    _REDUCE_BY_NAME[name] = str(reduce)
 
 
 def reduction_of(name: str) -> str:
@@ -93,6 +105,8 @@ class StepReducer:
         """
         if reduce not in REDUCTIONS:
             raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
+        if reduce == Reduce.LAST:  # the newest value: nothing to aggregate (and nothing to sync across ranks)
+            return float(values[-1])
         metric = self._metrics.get((name, reduce))
         if metric is None:
             metric = _AGGREGATORS[reduce](nan_strategy="disable").set_dtype(torch.float64)

@@ -1,7 +1,7 @@
 """``RLModule``: what a user subclasses to supply the policy, the optimizer and the loss.
 
 ``GRPOModule`` is the default: group sampling, reward functions, group-normalised advantages and any
-``PolicyLoss``. ``SFTModule`` (supervised warm start) is planned in the SFT issue.
+``PolicyLoss``; ``SFTModule`` (``rlforge.sft``) is the supervised warm start.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from rlforge.models.loading import check_backend
 from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
-from rlforge.shaping import apply_overlong_penalty
+from rlforge.rollout import RolloutOptions
 from rlforge.types import Group, TrainBatch
 
 if TYPE_CHECKING:
     import rlforge
+    from rlforge.services import Scorer
 
 _DEFAULT_LOSS = lazy_instance(GRPOLoss)
 
@@ -55,10 +56,6 @@ class RLModule(nn.Module):
         self.val_sampling = SamplingParams(temperature=0.0)
         self.needs_reference = False
         self.chat_template, self.system_prompt = False, None  # see encode_prompt
-        # DAPO data-side switches the trainer reads (GRPOModule exposes them as arguments).
-        self.dynamic_sampling = False
-        self.max_sampling_tries = 1
-        self.filter_truncated = False
 
     # ----------------------------------------------------------------------------------- factories
     def configure_model(self) -> None:
@@ -89,6 +86,10 @@ class RLModule(nn.Module):
         """Fills ``episode.reward`` (and ``reward_breakdown``); returns reward metrics."""
         raise NotImplementedError(f"{type(self).__name__} must implement score()")
 
+    def configure_rollout(self) -> RolloutOptions:
+        """Data-side techniques the ``RolloutEngine`` applies (DAPO's dynamic sampling, overlong shaping/filter)."""
+        return RolloutOptions()
+
     def compute_advantages(self, groups: list[Group]) -> None:
         """Fills ``episode.advantage`` for every episode."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_advantages()")
@@ -109,7 +110,7 @@ class RLModule(nn.Module):
         """Records a metric for the current step (averaged if logged several times in a step)."""
         if self.trainer is None:
             raise RuntimeError("RLModule.log() called before the module was attached to a trainer")
-        self.trainer._log_metric(name, float(value.detach() if isinstance(value, torch.Tensor) else value))
+        self.trainer.log(name, value)
 
     # ----------------------------------------------------------------------------------- hooks (no-op)
     def setup(self, stage: str) -> None: ...
@@ -273,19 +274,9 @@ class GRPOModule(PolicyModule):
         lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__(
-            model,
-            dtype,
-            lr,
-            weight_decay,
-            warmup_steps,
-            chat_template,
-            system_prompt,
-            backend,
-            backend_options,
-            peft,
-            optimizer=optimizer,
-            lr_scheduler=lr_scheduler,
-        )
+            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options,
+            peft, optimizer=optimizer, lr_scheduler=lr_scheduler,
+        )  # fmt: skip
         check_loss(loss)
         rewards = [check_reward(fn, f"module.reward_fns[{i}]") for i, fn in enumerate(reward_fns or [])]
         # Checked here so the message names the user's fields, not RewardRunner's.
@@ -335,9 +326,9 @@ class GRPOModule(PolicyModule):
                 f"module.overlong_cache_len must be in [0, sampling.max_new_tokens={self.sampling.max_new_tokens}), "
                 f"got {overlong_cache_len}"
             )
-        self.dynamic_sampling, self.max_sampling_tries = dynamic_sampling, max_sampling_tries
-        self.overlong_cache_len, self.overlong_penalty = overlong_cache_len, overlong_penalty
-        self.filter_truncated = filter_truncated
+        self.rollout_options = RolloutOptions(
+            dynamic_sampling, max_sampling_tries, overlong_cache_len, overlong_penalty, filter_truncated
+        )
 
     @property
     def beta(self) -> float:
@@ -349,18 +340,18 @@ class GRPOModule(PolicyModule):
             raise ConfigError(f"{type(self.loss).__name__} has no KL coefficient `beta` to set")
         self.loss.beta = float(value)
 
-    def score(self, groups: list[Group]) -> dict[str, float]:
+    def score(self, groups: list[Group], scorer: Scorer | None = None) -> dict[str, float]:
+        """Scores with ``scorer`` (reward workers of the strategy) or, by default, this module's ``reward_runner``."""
         episodes = [ep for group in groups for ep in group]
-        result = self.reward_runner(
+        result = (scorer or self.reward_runner)(
             [ep.prompt for ep in episodes], [ep.completion.text for ep in episodes], [ep.target for ep in episodes]
         )
         for ep, reward, breakdown in zip(episodes, result.rewards, result.breakdown, strict=True):
             ep.reward, ep.reward_breakdown = float(reward), dict(breakdown)
-        if self.overlong_cache_len:
-            apply_overlong_penalty(
-                episodes, self.sampling.max_new_tokens, self.overlong_cache_len, self.overlong_penalty
-            )
         return dict(result.metrics)
+
+    def configure_rollout(self) -> RolloutOptions:
+        return self.rollout_options
 
     def compute_advantages(self, groups: list[Group]) -> None:
         rewards = torch.tensor([[ep.reward for ep in group] for group in groups], dtype=torch.float64)

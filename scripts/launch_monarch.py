@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 
-from rlforge.strategies import mesh
+from rlforge.strategies.monarch import mesh
 
 
 def make_job(args: argparse.Namespace):

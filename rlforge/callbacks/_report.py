@@ -1,4 +1,4 @@
-"""How callbacks record what they did: a metric at the current step and a one-line message."""
+"""How callbacks report what they did: a one-line message (metrics go through ``trainer.log``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,6 @@ if TYPE_CHECKING:
     import rlforge
 
 log = logging.getLogger("rlforge")
-
-
-def log_now(trainer: rlforge.RLTrainer, metrics: dict[str, float]) -> None:
-    """Adds ``metrics`` to the step that just ended (for decisions taken in ``on_train_step_end``)."""
-    trainer.callback_metrics.update(metrics)
-    for logger in trainer.loggers:
-        logger.log_metrics(dict(metrics), trainer.global_step)
 
 
 @rank_zero_only

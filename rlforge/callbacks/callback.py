@@ -1,6 +1,6 @@
 """The extension contract: every hook the trainer calls, as a documented no-op.
 
-Hooks run in this order (callbacks first, then the module; checkpointing callbacks last)::
+Hooks run in this order (callbacks first, then the module, then ``runs_last`` callbacks: checkpointing)::
 
     setup -> on_fit_start -> on_train_start -> [initial validation]
     per step:
@@ -9,7 +9,7 @@ Hooks run in this order (callbacks first, then the module; checkpointing callbac
                        -> on_before_optimizer_step -> on_train_batch_end
         on_weight_sync_start -> on_weight_sync_end        (steps where weights are synced)
         on_validation_start -> on_validation_end          (steps where validation runs)
-        on_train_step_end -> on_save_checkpoint           (when a checkpoint is written)
+        on_train_step_end [ModelCheckpoint saves: on_save_checkpoint]
     on_train_end -> on_fit_end -> teardown
     on_exception on any error (then the error is re-raised)
 """
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 class Callback:
     """Base class of trainer callbacks. Override only the hooks you need."""
+
+    runs_last: bool = False
+    """Run this callback's hooks after every other callback's and the module's (``ModelCheckpoint``)."""
 
     @property
     def state_key(self) -> str:

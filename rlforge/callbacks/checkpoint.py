@@ -88,6 +88,8 @@ class ModelCheckpoint(Callback):
         save_on_exception: On an error, save the last completed step if it has no checkpoint yet.
     """
 
+    runs_last = True  # saves from on_train_step_end after every other hook of the step has run
+
     def __init__(
         self,
         dirpath: str | None = None,
@@ -156,7 +158,7 @@ class ModelCheckpoint(Callback):
             remove_orphans(folder)  # temp folders of saves a kill interrupted
 
     def should_save(self, trainer: rlforge.RLTrainer) -> bool:
-        """Asked by the trainer after every step's hooks: periodic saves, and the final one with ``save_last``."""
+        """Periodic saves, and the final one with ``save_last`` (asked at the end of every step)."""
         periodic = bool(self.every_n_steps) and trainer.global_step % self.every_n_steps == 0
         final = self.save_last and (trainer.global_step >= trainer.max_steps or trainer.should_stop)
         return periodic or final
@@ -198,6 +200,8 @@ class ModelCheckpoint(Callback):
     def on_train_step_end(
         self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, metrics: dict[str, float]
     ) -> None:
+        if self.should_save(trainer):
+            self.save(trainer)
         self._capture_boundary(trainer)
 
     def _capture_boundary(self, trainer: rlforge.RLTrainer) -> None:
@@ -212,7 +216,7 @@ class ModelCheckpoint(Callback):
             "progress": trainer.progress.state_dict(),
             "rng": capture_rng_state(),
             "datamodule": copy.deepcopy(trainer.datamodule.state_dict()),
-            "strategy_step": copy.deepcopy(trainer.strategy.step_state_dict()),
+            "strategy_step": copy.deepcopy(trainer.rollout_state(step_only=True)),
             "callbacks": copy.deepcopy({cb.state_key: cb.state_dict() for cb in trainer.callbacks}),
         }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlforge.callbacks._report import announce, log_now, require_settable_beta
+from rlforge.callbacks._report import announce, require_settable_beta
 from rlforge.callbacks.callback import Callback
 from rlforge.errors import ConfigError
 
@@ -108,7 +108,7 @@ class EntropyCollapseGuard(Callback):
         else:
             module.beta = self._raised(module.beta)
             done = f"beta -> {module.beta:.4g}"
-        log_now(trainer, {"guard/entropy_collapse": 1.0})
+        trainer.log("guard/entropy_collapse", 1.0)
         announce(f"rlforge: EntropyCollapseGuard: step {trainer.global_step} {what}; {done}")
 
     def _raised(self, value: float) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlforge.callbacks._report import announce, log_now, require_settable_beta
+from rlforge.callbacks._report import announce, require_settable_beta
 from rlforge.callbacks.callback import Callback
 from rlforge.errors import ConfigError
 
@@ -91,7 +91,7 @@ class KLMonitor(Callback):
             module.beta = module.beta * (1.0 + error * samples / self.horizon)
         if self.max_kl is not None and kl > self.max_kl:
             self.exceeded += 1
-            log_now(trainer, {"guard/kl_exceeded": 1.0})
+            trainer.log("guard/kl_exceeded", 1.0)
             stop = self.on_max_kl == "stop"
             trainer.should_stop = trainer.should_stop or stop
             announce(

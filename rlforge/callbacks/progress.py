@@ -58,11 +58,7 @@ class ProgressBar(Callback):
             self.console.print(f"step {trainer.global_step}/{trainer.max_steps} {text}", highlight=False)
 
     def on_validation_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        shown = [
-            f"{k}={_format(v[-1], '.3f')}"
-            for k, v in sorted(trainer._step_metrics.items())
-            if k.startswith("val/") and v
-        ]
+        shown = [f"{k}={_format(v, '.3f')}" for k, v in sorted(trainer.metrics.logged("val/").items())]
         if shown:
             self.console.print(f"step {trainer.global_step}: {' '.join(shown)}", highlight=False)
 

@@ -1,8 +1,7 @@
-"""``WeightSync``: refreshes the generator's copy of the policy every ``sync_interval`` steps."""
+"""``WeightSync``: how often the policy's weights are pushed to the rollout generator."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from rlforge.callbacks.callback import Callback
@@ -13,11 +12,11 @@ if TYPE_CHECKING:
 
 
 class WeightSync(Callback):
-    """Pushes policy weights to the generator through the strategy.
+    """Sets the trainer's ``sync_interval``: weights are pushed after every ``sync_interval`` RL steps.
 
-    Between syncs the generator keeps sampling with older weights, so rollouts are up to
-    ``sync_interval - 1`` versions stale (logged as ``rollout/staleness``). The trainer adds
-    ``WeightSync(1)`` when none is configured.
+    Between syncs the generator samples with older weights, so rollouts are up to ``sync_interval - 1``
+    versions stale (logged as ``rollout/staleness``). Equivalent to ``RLTrainer(sync_interval=k)``, which is
+    where the trainer reads it; this callback remains for configs that stack it with other callbacks.
 
     Args:
         sync_interval: Sync after every ``sync_interval`` RL steps (>= 1).
@@ -29,17 +28,11 @@ class WeightSync(Callback):
         self.sync_interval = sync_interval
         self.last_synced_version = 0
 
-    def should_sync(self, trainer: rlforge.RLTrainer) -> bool:
-        return trainer.global_step % self.sync_interval == 0
+    def setup(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, stage: str) -> None:
+        trainer.sync_interval = self.sync_interval  # the trainer refuses a different explicit setting
 
-    def sync(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        """Pushes the weights now; records ``perf/sync_s`` and ``perf/sync_bytes`` (when the strategy counts them)."""
-        start = time.perf_counter()
-        sent = trainer.strategy.sync_weights(module, trainer.policy_version)
+    def on_weight_sync_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         self.last_synced_version = trainer.policy_version
-        trainer._log_metric("perf/sync_s", time.perf_counter() - start)
-        if sent is not None:
-            trainer._log_metric("perf/sync_bytes", float(sent))
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_synced_version": self.last_synced_version}

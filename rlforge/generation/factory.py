@@ -47,8 +47,11 @@ def build_generator(
     seed: int = 0,
     policy_version: int = 0,
     options: dict[str, Any] | None = None,
+    *,
+    copy_weights: bool = True,
+    field: str = "trainer.strategy.generator",
 ) -> Generator:
-    """Builds a rollout generator holding a COPY of ``policy``'s weights.
+    """Builds a rollout generator: the ONE factory of every strategy (in process and inside Monarch replicas).
 
     Args:
         kind: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs the ``vllm`` extra).
@@ -57,13 +60,17 @@ def build_generator(
         seed: Sampler seed.
         policy_version: Version of the policy's current weights.
         options: Extra keyword arguments of the generator class (e.g. vLLM's ``gpu_memory_utilization``).
+        copy_weights: Give a ``torch`` generator its own copy of ``policy`` (``False``: ``policy`` already is the
+            caller's private copy, as in a Monarch replica, and is sampled in place).
+        field: The config field named in errors.
     """
-    check_generator_name(kind)
+    check_generator_name(kind, field)
     options = dict(options or {})
     if kind == "torch":
         if options:
-            raise ConfigError(f"trainer.strategy.generator_options: TorchGenerator takes none, got {sorted(options)}")
-        return TorchGenerator(hf_copy(policy), tokenizer, seed=seed, policy_version=policy_version)
+            raise ConfigError(f"{field} options: TorchGenerator takes none, got {sorted(options)}")
+        model = hf_copy(policy) if copy_weights else policy
+        return TorchGenerator(model, tokenizer, seed=seed, policy_version=policy_version)
     from rlforge.generation.vllm_generator import VLLMGenerator
 
     # vLLM starts from a saved HF folder: a PEFT policy is saved merged; later syncs reload merged weights.

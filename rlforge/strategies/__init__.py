@@ -10,7 +10,7 @@ from typing import Any
 
 from rlforge.strategies.base import Strategy
 from rlforge.strategies.local import LocalStrategy
-from rlforge.strategies.services import ServiceConfig
+from rlforge.strategies.monarch.config import ServiceConfig
 
 __all__ = ["LocalStrategy", "MonarchStrategy", "ServiceConfig", "Strategy"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlforge.errors import ConfigError
@@ -38,3 +40,25 @@ def batch_from_dicts(
         policy_version=torch.zeros(tokens.shape[0], dtype=torch.long),
         prompt_len=prompt_len,
     )
+
+
+def train_step(trainer: Any, inputs: list[dict[str, torch.Tensor]], targets: list[dict[str, torch.Tensor]]) -> float:
+    """``RLTrainer.train_step``: one optimizer step over dict micro-batches; returns the mean loss."""
+    module, optimizer = trainer.module, trainer.optimizer
+    if module is None or optimizer is None:
+        raise RuntimeError("train_step() needs a prepared module: call trainer.prepare(module) first")
+    pad = module.tokenizer.pad_token_id
+    batches = [batch_from_dicts(i, t, pad) for i, t in zip(inputs, targets, strict=True)]
+    module.policy.train()
+    total = 0.0
+    for batch in batches:
+        loss = module.training_step(batch.to(trainer.strategy.root_device))
+        loss = loss["loss"] if isinstance(loss, dict) else loss
+        (loss / len(batches)).backward()
+        total += float(loss.detach())
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    if trainer.grad_clip:
+        torch.nn.utils.clip_grad_norm_(params, trainer.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total / len(batches)

@@ -1,4 +1,4 @@
-"""Hook dispatch: callbacks first, then the module; checkpointing callbacks always last."""
+"""Hook dispatch: callbacks first, then the module; callbacks with ``runs_last`` (checkpointing) after both."""
 
 from __future__ import annotations
 
@@ -10,19 +10,21 @@ if TYPE_CHECKING:
 
 
 def order_callbacks(callbacks: list[Callback]) -> list[Callback]:
-    """Moves checkpointing callbacks to the end so they see every other callback's state."""
-    from rlforge.callbacks.checkpoint import ModelCheckpoint
-
-    others = [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)]
-    return others + [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    """Moves ``runs_last`` callbacks (checkpointing) to the end so they see every other callback's state."""
+    return [cb for cb in callbacks if not cb.runs_last] + [cb for cb in callbacks if cb.runs_last]
 
 
 def call_hook(trainer: rlforge.RLTrainer, name: str, *args: Any) -> None:
-    """Calls ``name`` on every callback (``(trainer, module, *args)``) and then on the module (``*args``)."""
+    """Calls ``name`` on every callback (``(trainer, module, *args)``), then on the module (``*args``), then on
+    the ``runs_last`` callbacks, so a checkpoint written from a hook holds what the module's hook changed."""
     module = trainer.module
     for callback in trainer.callbacks:
-        getattr(callback, name)(trainer, module, *args)
+        if not callback.runs_last:
+            getattr(callback, name)(trainer, module, *args)
     getattr(module, name)(*args)
+    for callback in trainer.callbacks:
+        if callback.runs_last:
+            getattr(callback, name)(trainer, module, *args)
 
 
 def call_exception_hooks(trainer: rlforge.RLTrainer, exception: BaseException) -> None:

@@ -46,7 +46,7 @@ def build_state(trainer: rlforge.RLTrainer) -> dict[str, Any]:
         "lr_scheduler": trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None,
         "rng": capture_rng_state(),
         "datamodule": trainer.datamodule.state_dict(),
-        "strategy": trainer.strategy.state_dict(),
+        "strategy": trainer.rollout_state(),  # generator side (key kept from rlforge 0.1)
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "loggers": [logger.state_dict() for logger in trainer.loggers],
         "callback_metrics": dict(trainer.callback_metrics),
@@ -210,7 +210,8 @@ def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
     if trainer.lr_scheduler is not None and state["lr_scheduler"] is not None:
         trainer.lr_scheduler.load_state_dict(state["lr_scheduler"])
     trainer.datamodule.load_state_dict(state["datamodule"])
-    trainer.strategy.load_state_dict(state["strategy"])
+    if trainer.rollout is not None:
+        trainer.rollout.load_state_dict(state["strategy"])
     for cb in trainer.callbacks:
         if cb.state_key in state["callbacks"]:
             cb.load_state_dict(state["callbacks"][cb.state_key])

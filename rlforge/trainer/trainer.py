@@ -1,54 +1,45 @@
-"""``RLTrainer``: owns the rollout -> update loop. Read ``fit`` top to bottom.
+"""``RLTrainer``: owns the rollout -> update loop. Read ``_train_step`` top to bottom.
 
 One RL step, in the order a paper lists it::
 
     prompts -> rollouts (G per prompt) -> rewards -> advantages -> reference logprobs (beta > 0)
       -> for each PPO epoch and minibatch: loss -> backward -> clip -> optimizer step
-      -> weight sync (every sync_interval steps) -> validation -> checkpoint
+      -> weight sync (every sync_interval steps) -> validation -> metrics -> checkpoint (ModelCheckpoint's hook)
+
+The rollout half is the ``RolloutEngine`` (``rlforge.rollout``) over the strategy's ``Services``; the update half
+is ``rlforge.trainer.optimization``. See docs/DESIGN.md.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from jsonargparse import lazy_instance
 
-from rlforge.callbacks import Callback, ModelCheckpoint, ProgressBar, WeightSync
+from rlforge.callbacks import Callback
+from rlforge.callbacks.defaults import configure_callbacks, find_checkpoint_callback
 from rlforge.checkpoint_io import seed_everything, unwritable_reason
-from rlforge.data import RLDataModule, collate_episodes
+from rlforge.data import RLDataModule
 from rlforge.data.limits import model_prompt_limit
-from rlforge.errors import ConfigError, NonFiniteError
+from rlforge.errors import ConfigError
 from rlforge.loggers import CSVLogger, Logger
-from rlforge.metrics import StepReducer, reduction_of, register_reduction, rollout_metrics
+from rlforge.metrics import Reduce
 from rlforge.module import RLModule
-from rlforge.shaping import dynamic_sample, mask_truncated
+from rlforge.services import RunContext, Services
 from rlforge.strategies import LocalStrategy, Strategy
 from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
 from rlforge.trainer.manifest import finish_run, write_manifest
+from rlforge.trainer.optimization import batch_tokens, update
 from rlforge.trainer.progress import Progress
+from rlforge.trainer.sources import BatchSource, batch_source
+from rlforge.trainer.step_metrics import StepMetrics
 from rlforge.trainer.validation import validate_rows
-from rlforge.types import Group, TrainBatch
 
 _DEFAULT_STRATEGY = lazy_instance(LocalStrategy)
-
-
-def batch_tokens(batch: Any) -> float:
-    """Tokens an update learns from: response tokens (RL) or label tokens (SFT)."""
-    return float(batch.response_mask.sum()) if isinstance(batch, TrainBatch) else float(batch.num_label_tokens)
-
-
-def _nonfinite_grad_name(model: torch.nn.Module) -> str:
-    """``gradient of <first parameter whose gradient has NaN/inf>`` (the gradient norm was not finite)."""
-    for name, param in model.named_parameters():
-        if param.grad is not None and not torch.isfinite(param.grad).all():
-            return f"gradient of {name}"
-    return "gradient norm"
 
 
 class RLTrainer:
@@ -57,8 +48,8 @@ class RLTrainer:
     Args:
         max_steps: Number of RL steps (rollout + update + sync).
         strategy: Where the generator/reference run; default ``LocalStrategy()``.
-        callbacks: Extra callbacks. ``WeightSync``, ``ModelCheckpoint`` and ``ProgressBar`` are added when
-            absent (the last two unless disabled below).
+        callbacks: Extra callbacks. ``ModelCheckpoint`` and ``ProgressBar`` are added when absent (unless
+            disabled below).
         logger: A logger, a list of loggers, ``True`` for ``CSVLogger`` or ``False`` for none.
         val_check_interval: Validate every N steps (and after the last step); ``None`` or 0 disables.
         val_at_start: Also validate before the first step (logged at step 0).
@@ -70,6 +61,8 @@ class RLTrainer:
         default_root_dir: Root of run folders and checkpoints.
         enable_checkpointing: Add a default ``ModelCheckpoint`` when none is given.
         enable_progress_bar: Add a default ``ProgressBar`` when none is given.
+        sync_interval: Push the policy's weights to the generator every N steps (``null``: 1, or what a
+            ``WeightSync`` callback sets).
     """
 
     def __init__(
@@ -88,9 +81,10 @@ class RLTrainer:
         default_root_dir: str = "rlforge_runs",
         enable_checkpointing: bool = True,
         enable_progress_bar: bool = True,
+        sync_interval: int | None = None,
     ) -> None:
-        for name, value in (("max_steps", max_steps), ("ppo_epochs", ppo_epochs)):
-            if value < 1:
+        for name, value in (("max_steps", max_steps), ("ppo_epochs", ppo_epochs), ("sync_interval", sync_interval)):
+            if value is not None and value < 1:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {value}")
         if minibatch_size is not None and minibatch_size < 1:
             raise ConfigError(f"trainer.minibatch_size must be >= 1 or null, got {minibatch_size}")
@@ -101,16 +95,10 @@ class RLTrainer:
         self.val_check_interval, self.val_at_start = val_check_interval or 0, val_at_start
         self.grad_clip, self.max_consecutive_skips = grad_clip, max_consecutive_skips
         self.seed, self.default_root_dir = seed, default_root_dir
+        self._sync_interval = sync_interval
         # A fresh strategy per trainer: the shared default object must never hold another run's workers.
         self.strategy: Strategy = LocalStrategy() if strategy is _DEFAULT_STRATEGY else strategy
-
-        callbacks = list(callbacks or [])
-        if not any(isinstance(cb, WeightSync) for cb in callbacks):
-            callbacks.append(WeightSync())
-        if enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
-            callbacks.append(ModelCheckpoint())
-        if enable_progress_bar and not any(isinstance(cb, ProgressBar) for cb in callbacks):
-            callbacks.append(ProgressBar())
+        callbacks = configure_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
         self.callbacks: list[Callback] = order_callbacks(callbacks)
         if logger is True:
             self.loggers: list[Logger] = [CSVLogger()]
@@ -128,8 +116,10 @@ class RLTrainer:
         self.should_stop = False
         self.callback_metrics: dict[str, float] = {}
         self.run_config: dict[str, Any] | None = None  # set by the CLI: the resolved YAML config
-        self._step_metrics: dict[str, list[float]] = defaultdict(list)
-        self._consecutive_skips = 0
+        self.services: Services | None = None
+        self.rollout: BatchSource | None = None
+        self.consecutive_skips = 0
+        self.metrics = StepMetrics(self.loggers, self.callback_metrics)
 
     # ------------------------------------------------------------------------------------ properties
     @property
@@ -143,17 +133,30 @@ class RLTrainer:
         return self.progress.steps
 
     @property
-    def weight_sync(self) -> WeightSync:
-        return next(cb for cb in self.callbacks if isinstance(cb, WeightSync))
+    def sync_interval(self) -> int:
+        """Steps between weight syncs."""
+        return self._sync_interval or 1
+
+    @sync_interval.setter
+    def sync_interval(self, value: int) -> None:
+        if self._sync_interval is not None and value != self._sync_interval:
+            raise ConfigError(f"trainer.sync_interval is {self._sync_interval} but a WeightSync callback asks {value}")
+        self._sync_interval = value
 
     @property
-    def checkpoint_callback(self) -> ModelCheckpoint | None:
-        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+    def checkpoint_callback(self) -> Any:
+        """The ``ModelCheckpoint`` in use, else ``None``."""
+        return find_checkpoint_callback(self.callbacks)
 
     @property
     def log_dir(self) -> Path:
         """Folder of this run: the first logger's, else ``default_root_dir``."""
         return self.loggers[0].log_dir if self.loggers else Path(self.default_root_dir)
+
+    def log(self, name: str, value: float | torch.Tensor, reduce: Reduce | str | None = None) -> None:
+        """Records a metric for the current step; ``reduce`` (mean/sum/max/last) says how values of a step
+        combine (default: the name's ``rlforge.metrics.register_reduction``, else mean)."""
+        self.metrics.record(name, float(value.detach() if isinstance(value, torch.Tensor) else value), reduce)
 
     # ------------------------------------------------------------------------------------ entry points
     def fit(self, module: RLModule, datamodule: RLDataModule | None = None, ckpt_path: str | None = None) -> None:
@@ -168,7 +171,7 @@ class RLTrainer:
         return {k: v for k, v in self.callback_metrics.items() if k.startswith("val/")}
 
     def prepare(self, module: RLModule, datamodule: RLDataModule | None = None, stage: str = "fit") -> None:
-        """Sets up module, data, strategy and optimizer without running a loop (for ``train_step`` use)."""
+        """Sets up module, data, services and optimizer without running a loop (for ``train_step`` use)."""
         self.stage, self.module, self.should_stop = stage, module, False
         self.datamodule = datamodule if datamodule is not None else RLDataModule()
         module.trainer = self
@@ -180,10 +183,27 @@ class RLTrainer:
         if hasattr(self.datamodule, "limit_prompt_lengths"):  # before any rollout: a 1 MB prompt would never finish
             skipped = self.datamodule.limit_prompt_lengths(module.encode_prompt, *model_prompt_limit(module))
             if skipped:
-                self._log_metric("data/skipped_prompts", skipped)
-        self.strategy.setup(self, module)
+                self.log("data/skipped_prompts", skipped, Reduce.SUM)
+        ctx = RunContext(
+            seed=self.seed, stage=stage, device=self.strategy.root_device, sync_interval=self.sync_interval,
+            max_steps=self.max_steps, log=self.log,
+        )  # fmt: skip
+        self.services = self.strategy.build(ctx, module)
+        self.rollout = batch_source(self.services, self.datamodule, module, ctx)
         if stage == "fit":
             self._configure_optimizers()
+
+    def rollout_state(self, step_only: bool = False) -> dict[str, Any]:
+        """Generator-side state for checkpoints (``step_only``: the part a step changes before its weights do)."""
+        return self.rollout.state_dict(self.policy_version, step_only) if self.rollout is not None else {}
+
+    def sync_weights(self) -> None:
+        """Pushes the policy's weights to the generator now (``on_weight_sync_*`` hooks around it)."""
+        if self.services is None or self.services.generator is None:
+            return
+        call_hook(self, "on_weight_sync_start")
+        self.services.sync(self.policy_version, self.log)
+        call_hook(self, "on_weight_sync_end")
 
     def _bind_run_folder(self) -> None:
         """Creates the run folder and checks it takes files now, so a bad path fails before step 1."""
@@ -214,7 +234,8 @@ class RLTrainer:
                     "data.val_fraction or data.task)"
                 )
             else:
-                self._validate_and_log()
+                self._run_validation()
+                self.metrics.flush(self.global_step)
             status = "success"
         except KeyboardInterrupt as err:
             status = "interrupted"
@@ -228,6 +249,7 @@ class RLTrainer:
                 call_hook(self, "teardown", stage)
             finally:
                 self.strategy.teardown()
+                self.services = self.rollout = None
                 for logger in self.loggers:
                     logger.finalize(status)
                 if manifest is not None:
@@ -238,166 +260,49 @@ class RLTrainer:
         call_hook(self, "on_fit_start")
         call_hook(self, "on_train_start")
         if self.val_at_start and self.global_step == 0 and self.val_check_interval:
-            self._validate_and_log()
+            self._run_validation()
+            self.metrics.flush(self.global_step)
         while self.global_step < self.max_steps and not self.should_stop:
             self._train_step()
         call_hook(self, "on_train_end")
         call_hook(self, "on_fit_end")
 
     def _train_step(self) -> None:
-        module, start = self.module, time.perf_counter()
-        if module.supervised:  # SFT: a fixed batch instead of rollouts, no generator to sync
-            batch, rollout_s = module.collate(self.datamodule.next_batch()).to(self.strategy.root_device), 0.0
-            self._update(batch)
-            self.progress.steps += 1
-        else:
-            call_hook(self, "on_rollout_start")
-            groups, batch = self._rollout()
-            call_hook(self, "on_rollout_end", groups)
-            rollout_s = time.perf_counter() - start
-            self._update(batch)
-            self.progress.steps += 1
-            if self.weight_sync.should_sync(self):
-                call_hook(self, "on_weight_sync_start")
-                self.weight_sync.sync(self, module)
-                call_hook(self, "on_weight_sync_end")
-        self._log_metric("perf/train_s", time.perf_counter() - start - rollout_s)
-
+        """One RL step, in paper order: rollout -> update -> weight sync -> validation -> metrics -> hooks."""
+        start = time.perf_counter()
+        self.metrics.open()
+        call_hook(self, "on_rollout_start")
+        groups, batch = self.rollout.next(self.global_step)  # rollouts, rewards, advantages, ref logprobs
+        self.progress.rollouts += 1
+        call_hook(self, "on_rollout_end", groups)
+        rollout_s = time.perf_counter() - start
+        update(self, batch)  # PPO epochs x minibatches of loss -> backward -> clip -> step
+        self.progress.steps += 1
+        if self.global_step % self.sync_interval == 0:
+            self.sync_weights()
+        self.log("perf/train_s", time.perf_counter() - start - rollout_s)
         last = self.global_step >= self.max_steps
         if self.val_check_interval and (self.global_step % self.val_check_interval == 0 or last):
             self._run_validation()
-
         step_s = time.perf_counter() - start
-        self._log_metric("perf/rollout_s", rollout_s)
-        self._log_metric("perf/step_s", step_s)
-        self._log_metric("perf/tokens_per_s", batch_tokens(batch) / max(step_s, 1e-9))
-        metrics = self._flush_metrics()
-        call_hook(self, "on_train_step_end", metrics)
-        for callback in self.callbacks:
-            if isinstance(callback, ModelCheckpoint) and callback.should_save(self):
-                callback.save(self)
-
-    def _rollout(self) -> tuple[list[Group], TrainBatch]:
-        """Samples, scores and prepares one batch: rollouts -> rewards -> advantages -> ref logprobs."""
-        module = self.module
-
-        def sample() -> list[Group]:
-            groups = self.strategy.next_rollout(module, self.datamodule)
-            for name, value in self.strategy.score(module, groups).items():
-                self._log_metric(name, value)
-            return groups
-
-        if module.dynamic_sampling:
-            groups, stats = dynamic_sample(sample, self.datamodule.batch_size, module.max_sampling_tries)
-            for name, value in stats.items():
-                self._log_metric(name, value)
-        else:
-            groups = sample()
-        module.compute_advantages(groups)
-        episodes = [ep for group in groups for ep in group]
-        batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.strategy.root_device)
-        if module.filter_truncated:
-            batch.response_mask = mask_truncated(episodes, batch.response_mask)
-        batch = self.strategy.prepare_batch(module, batch)
-        if module.beta > 0 or module.needs_reference:  # needs_reference: KL measured (KLMonitor) or beta adapted
-            batch.ref_logprobs = self.strategy.reference_logprobs(module, batch)
-            for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):
-                ep.ref_logprobs = row[: len(ep.completion.token_ids)]
-        self.progress.rollouts += 1
-        for name, value in rollout_metrics(groups, self.policy_version).items():
-            self._log_metric(name, value)
-        return groups, batch
-
-    def _update(self, batch: TrainBatch) -> None:
-        """``ppo_epochs`` passes of minibatch updates over the rollout batch."""
-        module, size = self.module, len(batch)
-        mb_size = min(self.minibatch_size or size, size)
-        module.policy.train()
-        batch_idx = 0
-        for _ in range(self.ppo_epochs):
-            order = torch.randperm(size) if (self.ppo_epochs > 1 or mb_size < size) else torch.arange(size)
-            for begin in range(0, size, mb_size):
-                minibatch = batch.select(order[begin : begin + mb_size].to(batch.input_ids.device))
-                call_hook(self, "on_train_batch_start", minibatch, batch_idx)
-                loss = self._optimizer_step(minibatch)
-                call_hook(self, "on_train_batch_end", {"loss": loss}, minibatch, batch_idx)
-                batch_idx += 1
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
-        self.progress.samples += size
-        self.progress.tokens += int(batch_tokens(batch))
-
-    def _optimizer_step(self, minibatch: Any) -> torch.Tensor:
-        """loss -> backward (per micro-batch) -> clip -> step (skipped, and counted, when anything is non-finite)."""
-        loss = torch.zeros(())
-        for part, weight in self.module.split_for_accumulation(minibatch):
-            out = self.module.training_step(part)
-            part_loss = (out["loss"] if isinstance(out, dict) else out) * weight
-            call_hook(self, "on_before_backward", part_loss)
-            part_loss.backward()
-            call_hook(self, "on_after_backward")
-            loss = loss + part_loss.detach().cpu()
-        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-        max_norm = self.grad_clip if self.grad_clip else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
-        call_hook(self, "on_before_optimizer_step", self.optimizer)
-        loss_value, norm_value = float(loss), float(grad_norm)
-        if math.isfinite(loss_value) and math.isfinite(norm_value):
-            self.optimizer.step()
-            self.progress.optimizer_steps += 1
-            self._consecutive_skips = 0
-        else:
-            self._skip_step(loss_value, norm_value)
-        self.optimizer.zero_grad(set_to_none=True)
-        self._log_metric("train/loss", loss_value)
-        self._log_metric("train/grad_norm", norm_value)
-        self._log_metric("train/lr", self.optimizer.param_groups[0]["lr"])
-        return loss
-
-    def _skip_step(self, loss_value: float, norm_value: float) -> None:
-        self.progress.skipped_steps += 1
-        self._consecutive_skips += 1
-        self._log_metric("train/skipped_steps", 1.0)
-        if self._consecutive_skips >= self.max_consecutive_skips:
-            culprit = "loss" if not math.isfinite(loss_value) else _nonfinite_grad_name(self.module.policy)
-            raise NonFiniteError(
-                f"step {self.global_step + 1}: non-finite {culprit} (loss={loss_value}, grad_norm={norm_value}) "
-                f"in {self._consecutive_skips} consecutive updates; lower the lr or check the loss"
-            )
+        self.log("perf/rollout_s", rollout_s)
+        self.log("perf/step_s", step_s)
+        self.log("perf/tokens_per_s", batch_tokens(batch) / max(step_s, 1e-9))
+        call_hook(self, "on_train_step_end", self.metrics.flush(self.global_step))  # ModelCheckpoint saves here
 
     # ----------------------------------------------------------------------------------- validation
     def _run_validation(self) -> None:
         call_hook(self, "on_validation_start")
         rows = self.datamodule.val_dataset()
         if rows:
-            for name, value in validate_rows(self.module, self.strategy, rows).items():
-                self._log_metric(name, value)
+            sampler = self.services.current_sampler(self.policy_version)
+            for name, value in validate_rows(self.module, sampler, rows).items():
+                self.log(name, value)
             if self.module.supervised:
-                self._log_metric("val/loss", self.module.validation_loss(rows))
+                self.log("val/loss", self.module.validation_loss(rows))
         call_hook(self, "on_validation_end")
 
-    def _validate_and_log(self) -> None:
-        self._run_validation()
-        self._flush_metrics()
-
-    # -------------------------------------------------------------------------------------- logging
-    def _log_metric(self, name: str, value: float, reduce: str | None = None) -> None:
-        """Records ``value`` for this step; ``reduce`` (``mean``/``sum``/``max``) overrides the name's registration
-        (``rlforge.metrics.register_reduction``; counts such as ``reward/errors`` are summed, the rest averaged)."""
-        if reduce is not None:
-            register_reduction(name, reduce)
-        self._step_metrics[name].append(float(value))
-
-    def _flush_metrics(self) -> dict[str, float]:
-        """Reduces what was logged this step (torchmetrics aggregators), sends it to the loggers and returns it."""
-        reducer = self.__dict__.setdefault("_reducer", StepReducer())  # one per trainer: aggregators are reused
-        metrics = {k: reducer.reduce(k, v, reduction_of(k)) for k, v in self._step_metrics.items() if v}
-        self._step_metrics = defaultdict(list)
-        self.callback_metrics.update(metrics)
-        for logger in self.loggers:
-            logger.log_metrics(metrics, self.global_step)
-        return metrics
-
+    # -------------------------------------------------------------------------------------- bookkeeping
     def _write_manifest(self) -> Path:
         config, path = self.run_config, self.log_dir / "run.json"
         write_manifest(path, config, self.seed, self.stage)
@@ -405,7 +310,6 @@ class RLTrainer:
             logger.log_hyperparams(config or {"seed": self.seed, "max_steps": self.max_steps})
         return path
 
-    # ---------------------------------------------------------------------------------- optimizers
     def _configure_optimizers(self) -> None:
         out = self.module.configure_optimizers()
         if isinstance(out, dict):
@@ -425,24 +329,8 @@ class RLTrainer:
         holds ``response`` ``[B, T]``, ``ref_logprobs`` ``[B, T]``, ``advantages`` ``[B]`` or ``[B, 1]`` and
         ``padding_mask`` ``[B, T]``. Each ``(input, target)`` pair is a micro-batch; gradients are averaged.
         """
-        if self.module is None or self.optimizer is None:
-            raise RuntimeError("train_step() needs a prepared module: call trainer.prepare(module) first")
-        from rlforge.trainer.adapters import batch_from_dicts
+        from rlforge.trainer.adapters import train_step
 
-        batches = [
-            batch_from_dicts(i, t, self.module.tokenizer.pad_token_id) for i, t in zip(inputs, targets, strict=True)
-        ]
-        self.module.policy.train()
-        total = 0.0
-        for batch in batches:
-            loss = self.module.training_step(batch.to(self.strategy.root_device))
-            loss = loss["loss"] if isinstance(loss, dict) else loss
-            (loss / len(batches)).backward()
-            total += float(loss.detach())
-        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if self.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._step_metrics = defaultdict(list)  # train_step is used outside fit: drop per-step logs
-        return total / len(batches)
+        loss = train_step(self, inputs, targets)
+        self.metrics.discard()  # train_step is used outside fit: drop per-step logs
+        return loss

@@ -10,7 +10,7 @@ from rlforge.metrics import DEFAULT_PASS_SAMPLES, validation_metrics
 
 if TYPE_CHECKING:
     from rlforge.module import RLModule
-    from rlforge.strategies import Strategy
+    from rlforge.services import Generator
 
 
 def pass_at_k_sampling(module: RLModule) -> SamplingParams | None:
@@ -25,17 +25,17 @@ def pass_at_k_sampling(module: RLModule) -> SamplingParams | None:
     return dataclasses.replace(rollout, n=DEFAULT_PASS_SAMPLES, max_new_tokens=val.max_new_tokens)
 
 
-def validate_rows(module: RLModule, strategy: Strategy, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """``val/*`` correctness metrics of ``module`` on ``rows`` (empty when no row has a target)."""
+def validate_rows(module: RLModule, sampler: Generator, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """``val/*`` correctness metrics of ``module`` on ``rows``, sampled by ``sampler`` (empty without targets)."""
     was_training = module.policy.training
     module.policy.eval()
     try:
         prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]
-        completions = strategy.generate_with_policy(module, prompt_ids, module.val_sampling)
+        completions = sampler.generate(prompt_ids, module.val_sampling)
         if not any(str(row.get("target", "")) for row in rows):
             return {}
         params = pass_at_k_sampling(module)
-        sampled = None if params is None else strategy.generate_with_policy(module, prompt_ids, params)
+        sampled = None if params is None else sampler.generate(prompt_ids, params)
     finally:
         module.policy.train(was_training)
 

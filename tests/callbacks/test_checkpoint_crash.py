@@ -15,7 +15,7 @@ from rlforge import Callback, GRPOModule, ModelCheckpoint, RLDataModule, RLTrain
 from rlforge.callbacks.checkpoint import find_last_checkpoint
 from rlforge.errors import NonFiniteError
 from rlforge.losses import GRPOLoss
-from rlforge.trainer.trainer import _nonfinite_grad_name
+from rlforge.trainer.optimization import _nonfinite_grad_name
 from tests.helpers import char_reward
 
 

@@ -85,19 +85,21 @@ def test_generator_samples_the_merged_adapter_model():
 def test_reference_is_the_base_model_with_adapters_disabled_not_a_copy(tmp_path):
     base, _ = load_policy("rlforge/default-policy")
     from rlforge.losses import GRPOLoss
+    from rlforge.services import LocalReference
 
     module = GRPOModule(peft=peft.LoraConfig(**LORA), loss=GRPOLoss(beta=0.1), group_size=2)
     strategy = LocalStrategy(device="cpu")
     trainer = RLTrainer(max_steps=1, strategy=strategy, default_root_dir=str(tmp_path), logger=False)
     trainer.prepare(module, RLDataModule(batch_size=2))
-    assert strategy._reference is None  # no second copy of the weights
+    reference = trainer.services.reference
+    assert isinstance(reference, LocalReference) and reference.model is module.policy  # no second copy
     with torch.no_grad():
         for name, param in module.policy.named_parameters():
             if "lora_B" in name:
                 param.fill_(0.05)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9]])
     batch = type("B", (), {"input_ids": ids, "attention_mask": torch.ones_like(ids), "prompt_len": 3})()
-    ref = strategy.reference_logprobs(module, batch)
+    ref = reference.logprobs(batch, module.sampling.temperature)
     want, _ = compute_logprobs(base, ids, torch.ones_like(ids), 3, module.sampling.temperature)
     policy_lp, _ = compute_logprobs(module.policy, ids, torch.ones_like(ids), 3, module.sampling.temperature)
     assert torch.allclose(ref, want, atol=1e-6)

@@ -47,7 +47,8 @@ def test_lora_sigkill_then_resume_is_bitwise_exact(tiny_policy_dir, tmp_path):
     killer = "{class_path: tests.trainer.kill_callbacks.KillAfterUpdate, init_args: {step: 3}}"
     assert _fit(tiny_policy_dir, killed, killer) == -signal.SIGKILL
     assert json.loads((killed / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())["step"] == 2
-    assert (killed / "rlforge" / "version_0" / "checkpoints" / "step-000002" / "policy" / "adapter_model.safetensors").is_file()
+    saved = killed / "rlforge" / "version_0" / "checkpoints" / "step-000002" / "policy"
+    assert (saved / "adapter_model.safetensors").is_file()
 
     assert _fit(tiny_policy_dir, killed, ckpt_path="last") == 0
     resumed = _rows(_newest_run(killed))

@@ -314,14 +314,14 @@ def test_step_reductions_are_registered_and_bit_identical(tiny_policy_dir):
     rng = random.Random(0)
     losses = [rng.uniform(-3, 3) * 10 ** rng.randint(-8, 3) for _ in range(37)]
     for value in losses:
-        trainer._log_metric("train/loss", value)
+        trainer.log("train/loss", value)
     for name in ("reward/errors", "train/skipped_steps", "rollout/restarts", "rollout/dropped_stale"):
-        trainer._log_metric(name, 2.0)
-        trainer._log_metric(name, 3.0)
-    trainer._log_metric("custom/peak", 1.0, reduce="max")
-    trainer._log_metric("custom/peak", 4.0)
-    trainer._log_metric("train/loss_nan", float("nan"))
-    metrics = trainer._flush_metrics()
+        trainer.log(name, 2.0)
+        trainer.log(name, 3.0)
+    trainer.log("custom/peak", 1.0, reduce="max")
+    trainer.log("custom/peak", 4.0)
+    trainer.log("train/loss_nan", float("nan"))
+    metrics = trainer.metrics.flush(0)
     assert repr(metrics["train/loss"]) == repr(sum(losses) / len(losses))  # float64, in order: same bits
     assert metrics["reward/errors"] == metrics["rollout/restarts"] == metrics["rollout/dropped_stale"] == 5.0
     assert metrics["train/skipped_steps"] == 5.0 and metrics["custom/peak"] == 4.0

@@ -82,11 +82,15 @@ class _KillGenerator(Callback):
 
 
 def test_killed_generator_is_respawned_with_current_weights(tmp_path, monkeypatch):
+    from rlforge.strategies.monarch.generators import RemoteGenerator
+
     killer = _KillGenerator(at_step=2)
     strategy = MonarchStrategy(restart_on_failure=True)
     noticed = []
-    respawn = strategy._respawn
-    monkeypatch.setattr(strategy, "_respawn", lambda index: (noticed.append(time.monotonic()), respawn(index)))
+    respawn = RemoteGenerator.respawn
+    monkeypatch.setattr(
+        RemoteGenerator, "respawn", lambda self, index: (noticed.append(time.monotonic()), respawn(self, index))
+    )
     trainer = _fit(tmp_path, strategy, max_steps=4, callbacks=[killer])
     assert trainer.global_step == 4
     # The death is noticed within seconds (respawning then costs a process start: seconds on a quiet host).
@@ -97,7 +101,7 @@ def test_killed_generator_is_respawned_with_current_weights(tmp_path, monkeypatc
     assert column(tmp_path, "rollout/staleness")[3] == 0.0
 
 
-def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_cause(tmp_path):
+def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_cause(tmp_path, caplog):
     killer = _KillGenerator(at_step=2)
     start = None
     with pytest.raises(WorkerDiedError) as info:
@@ -106,7 +110,9 @@ def test_killed_generator_without_restart_stops_with_a_checkpoint_and_one_line_c
     assert time.monotonic() - killer.killed_at < 15.0 and start is not None
     message = str(info.value)
     assert "\n" not in message and "died" in message and "Killed(sig=9)" in message
-    assert "saved checkpoint" in message and "--ckpt_path last" in message
+    # The trainer's on_exception path (ModelCheckpoint) saved the last completed step and said so in one line.
+    (saved,) = [r.getMessage() for r in caplog.records if "saved to" in r.getMessage()]
+    assert "WorkerDiedError" in saved and "state after step 2" in saved and "--ckpt_path last" in saved
     pointer = json.loads((tmp_path / "rlforge" / "version_0" / "checkpoints" / "last.json").read_text())
     assert pointer["step"] == 2  # nothing trained is lost
     # Resuming finishes the run; the rollout rows the dead replica never answered come first.

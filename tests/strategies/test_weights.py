@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` extra (in `dev`)")
 
 from rlforge.errors import ConfigError
-from rlforge.strategies.weights import FlatLayout, WeightPublisher, WeightReceiver, pack, unpack
+from rlforge.strategies.monarch.weights import FlatLayout, WeightPublisher, WeightReceiver, pack, unpack
 
 
 def _state(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -31,6 +31,11 @@ class PolicySpec:
 
     @classmethod
     def of(cls, policy: nn.Module) -> PolicySpec:
+        """The spec of ``policy``; a non-HF policy with ``to_hf_model()`` (torchtitan) travels as its HF twin,
+        whose weights are the policy's ``state_dict()`` under HF names."""
+        to_hf = getattr(policy, "to_hf_model", None)
+        if callable(to_hf):
+            policy = to_hf()
         dtype = next(policy.parameters()).dtype
         config = getattr(policy, "config", None)
         if config is not None and hasattr(config, "to_dict") and hasattr(policy, "generation_config"):

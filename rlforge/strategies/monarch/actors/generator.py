@@ -10,14 +10,14 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from rlforge.generation import SamplingParams
-from rlforge.strategies.actors.factory import build_generator
-from rlforge.strategies.actors.spec import PolicySpec
-from rlforge.strategies.weights import WeightHandle, WeightReceiver
+from rlforge.generation.factory import build_generator
+from rlforge.strategies.monarch.actors.spec import PolicySpec
+from rlforge.strategies.monarch.weights import WeightHandle, WeightReceiver
 from rlforge.types import Completion
 
 
 class GeneratorActor(Actor):
-    """Holds a copy of the policy and a generator built by ``backend``.
+    """Holds a generator built by ``backend`` (the same factory as ``LocalStrategy``'s) over a copy of the policy.
 
     Messages are handled one at a time, so an ``update_weights`` sent while a ``generate`` is running
     waits for it: in-flight requests always finish with the weights they started with, and their
@@ -27,7 +27,8 @@ class GeneratorActor(Actor):
         spec: How to build the policy copy.
         tokenizer: The policy's tokenizer.
         seed: Sampler seed.
-        backend: Generator backend name (``torch``).
+        backend: Generator backend name (``torch`` or ``vllm``).
+        options: Keyword arguments of the generator class (vLLM's).
         device: Device of the copy (``cpu`` or ``cuda:N``).
         num_threads: torch intra-op threads of this process (``None``: torch's default).
     """
@@ -40,11 +41,15 @@ class GeneratorActor(Actor):
         backend: str = "torch",
         device: str = "cpu",
         num_threads: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.model = spec.build(device)
-        self.generator = build_generator(backend, self.model, tokenizer, seed, policy_version=-1)
+        model = spec.build(device)  # this replica's private copy: sampled in place, or handed to vLLM once
+        self.generator = build_generator(
+            backend, model, tokenizer, seed, policy_version=-1, options=options, copy_weights=False,
+            field="trainer.strategy.generator.backend",
+        )  # fmt: skip
         self.receiver = WeightReceiver()
 
     @endpoint
@@ -59,8 +64,7 @@ class GeneratorActor(Actor):
     def update_weights(self, handle: WeightHandle, timeout_s: float = 300.0) -> tuple[int, float]:
         """Pulls ``handle``'s version into the model; returns ``(version, seconds)`` as the acknowledgement."""
         start = time.perf_counter()
-        self.receiver.load(handle, self.model, timeout_s)
-        self.generator.policy_version = handle.version
+        self.generator.update_weights(self.receiver.read(handle, timeout_s), handle.version)
         return handle.version, time.perf_counter() - start
 
     @endpoint

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from rlforge.errors import ConfigError
-from rlforge.strategies.services import ServiceConfig
+from rlforge.strategies.monarch.config import ServiceConfig
 
 
 def load_job(job: Any) -> Any:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rlforge.strategies.offpolicy import drop_stale, truncated_is
+from rlforge.offpolicy import drop_stale, truncated_is
 from rlforge.types import Completion, Episode, TrainBatch
 
 

@@ -8,8 +8,8 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from rlforge.models import compute_logprobs
-from rlforge.strategies.actors.spec import PolicySpec
-from rlforge.strategies.weights import WeightHandle, WeightReceiver
+from rlforge.strategies.monarch.actors.spec import PolicySpec
+from rlforge.strategies.monarch.weights import WeightHandle, WeightReceiver
 
 
 class ReferenceActor(Actor):

@@ -175,8 +175,13 @@ class WeightReceiver:
     def __init__(self) -> None:
         self._flat: torch.Tensor | None = None
 
-    def load(self, handle: WeightHandle, model: torch.nn.Module, timeout_s: float) -> None:
+    def read(self, handle: WeightHandle, timeout_s: float) -> dict[str, torch.Tensor]:
+        """Pulls ``handle``'s version; returns views into the reused buffer (valid until the next ``read``)."""
         if self._flat is None or self._flat.numel() != handle.layout.nbytes:
             self._flat = torch.empty(handle.layout.nbytes, dtype=torch.uint8)
         handle.fetch(self._flat, timeout_s)
-        model.load_state_dict(unpack(self._flat, handle.layout), strict=True)
+        return unpack(self._flat, handle.layout)
+
+    def load(self, handle: WeightHandle, model: torch.nn.Module, timeout_s: float) -> None:
+        """Pulls ``handle``'s version into ``model`` in place."""
+        model.load_state_dict(self.read(handle, timeout_s), strict=True)

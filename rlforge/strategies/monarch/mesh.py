@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlforge.errors import WorkerDiedError, WorkerError
-from rlforge.strategies.services import ServiceConfig
+from rlforge.strategies.monarch.config import ServiceConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,183 @@
+"""``RolloutEngine``: the rollout half of an RL step, the same for every strategy.
+
+``next(step)`` turns prompts into a training batch::
+
+    rows -> generator (prefetched when async) -> drop stale groups -> scores (+ DAPO overlong shaping)
+         -> dynamic sampling -> advantages -> collate -> overlong filtering -> off-policy correction
+         -> reference logprobs -> rollout metrics
+
+It talks only to ``Services`` (``rlforge.services``), the datamodule and the module's algorithm hooks
+(``score``, ``compute_advantages``, ``configure_rollout``); multi-turn episodes extend it here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlforge.data.collate import collate_episodes
+from rlforge.errors import ConfigError
+from rlforge.metrics import Reduce, rollout_metrics
+from rlforge.models import compute_logprobs
+from rlforge.offpolicy import drop_stale, truncated_is
+from rlforge.services import Pending, RunContext, Services, submit
+from rlforge.shaping import apply_overlong_penalty, dynamic_sample, mask_truncated
+from rlforge.types import Episode, Group, TrainBatch
+
+if TYPE_CHECKING:
+    from rlforge.module import RLModule
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """Data-side techniques of the algorithm (DAPO's), applied by the engine (``RLModule.configure_rollout``).
+
+    Attributes:
+        dynamic_sampling: Resample prompts until the batch has ``data.batch_size`` groups whose rewards differ.
+        max_sampling_tries: Rollout calls per step allowed by dynamic sampling.
+        overlong_cache_len: Soft overlong punishment over the last N tokens before ``max_new_tokens`` (0: off).
+        overlong_penalty: Reward subtracted at ``max_new_tokens`` by the overlong punishment.
+        filter_truncated: Truncated responses get no loss.
+    """
+
+    dynamic_sampling: bool = False
+    max_sampling_tries: int = 1
+    overlong_cache_len: int = 0
+    overlong_penalty: float = 1.0
+    filter_truncated: bool = False
+
+
+class RolloutEngine:
+    """Samples, scores and prepares one training batch per step.
+
+    Args:
+        services: The strategy's services (``generator`` required).
+        datamodule: Source of prompt rows (``next_batch()``, ``batch_size``).
+        module: The algorithm (``encode_prompt``, ``sampling``, ``score``, ``compute_advantages``, ``beta``).
+        ctx: The run (seed, device, ``sync_interval``, ``max_steps``, metric sink).
+    """
+
+    def __init__(self, services: Services, datamodule: Any, module: RLModule, ctx: RunContext) -> None:
+        self.services, self.datamodule, self.module, self.ctx = services, datamodule, module, ctx
+        self.options: RolloutOptions = module.configure_rollout()
+        self.staleness = services.staleness
+        if self.staleness.asynchronous and ctx.sync_interval > self.staleness.max_staleness + 1:
+            raise ConfigError(
+                f"trainer.strategy.max_staleness={self.staleness.max_staleness} with WeightSync.sync_interval="
+                f"{ctx.sync_interval} would drop every rollout: set max_staleness >= sync_interval - 1"
+            )
+        self._inflight: deque[tuple[Rows, Pending]] = deque()
+        self._collecting: Rows | None = None
+        self._resume_rows: deque[Rows] = deque()
+
+    # ----------------------------------------------------------------------------------------- a step
+    def next(self, step: int) -> tuple[list[Group], TrainBatch]:
+        """The groups and the collated batch of RL step ``step + 1`` (``step`` = completed steps = policy version)."""
+        module, opts, log = self.module, self.options, self.ctx.log
+        if opts.dynamic_sampling:
+            sample = functools.partial(self._scored, step)
+            groups, stats = dynamic_sample(sample, self.datamodule.batch_size, opts.max_sampling_tries)
+            for name, value in stats.items():
+                log(name, value)
+        else:
+            groups = self._scored(step)
+        module.compute_advantages(groups)
+        episodes = [ep for group in groups for ep in group]
+        batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.ctx.device)
+        if opts.filter_truncated:
+            batch.response_mask = mask_truncated(episodes, batch.response_mask)
+        batch = self._correct(batch)
+        if module.beta > 0 or module.needs_reference:  # needs_reference: KL measured (KLMonitor) or beta adapted
+            batch.ref_logprobs = self._reference_logprobs(batch)
+            for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):
+                ep.ref_logprobs = row[: len(ep.completion.token_ids)]
+        for name, value in rollout_metrics(groups, step).items():
+            log(name, value)
+        return groups, batch
+
+    def _scored(self, step: int) -> list[Group]:
+        groups = self._sample(step)
+        scorer, module = self.services.scorer, self.module
+        metrics = module.score(groups) if scorer is None else module.score(groups, scorer=scorer)
+        for name, value in metrics.items():
+            self.ctx.log(name, value)
+        if self.options.overlong_cache_len:
+            episodes = [ep for group in groups for ep in group]
+            max_len = module.sampling.max_new_tokens
+            apply_overlong_penalty(episodes, max_len, self.options.overlong_cache_len, self.options.overlong_penalty)
+        return groups
+
+    def _sample(self, step: int) -> list[Group]:
+        """The next groups: the prefetched request if any; async: prefetch the next, drop the too-stale."""
+        if not self._inflight:
+            self._inflight.append(self._submit(self._next_rows()))
+        rows, pending = self._inflight.popleft()
+        self._collecting = rows
+        groups = _groups(rows, pending.result())
+        self._collecting = None
+        if not self.staleness.asynchronous:
+            return groups
+        if step + 1 < self.ctx.max_steps:  # step k+1 samples now, while step k trains, with version k-1 weights
+            self._inflight.append(self._submit(self._next_rows()))
+        max_staleness = self.staleness.max_staleness
+        kept, dropped = drop_stale(groups, step, max_staleness)
+        self.ctx.log("rollout/dropped_stale", dropped, Reduce.SUM)
+        while not kept:  # all too old (sync_interval > 1): sample afresh with the newest weights
+            rows, pending = self._submit(self._next_rows())
+            kept, _ = drop_stale(_groups(rows, pending.result()), step, max_staleness)
+        return kept
+
+    def _next_rows(self) -> Rows:
+        return self._resume_rows.popleft() if self._resume_rows else self.datamodule.next_batch()
+
+    def _submit(self, rows: Rows) -> tuple[Rows, Pending]:
+        prompt_ids = [self.module.encode_prompt(row["prompt"]) for row in rows]
+        return rows, submit(self.services.generator, prompt_ids, self.module.sampling)
+
+    @torch.no_grad()
+    def _correct(self, batch: TrainBatch) -> TrainBatch:
+        """Truncated importance sampling of async rollouts (``rlforge.offpolicy``); on-policy batches pass."""
+        if not self.staleness.asynchronous or self.staleness.correction == "ppo":
+            return batch
+        module = self.module
+        prox, _ = compute_logprobs(
+            module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature
+        )
+        batch, metrics = truncated_is(batch, prox * batch.response_mask, self.staleness.tis_cap)
+        for name, value in metrics.items():
+            self.ctx.log(name, value)
+        return batch
+
+    def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        if self.services.reference is None:
+            raise ConfigError(
+                "a KL term needs the reference model, but it was not built at setup: start with beta > 0 "
+                "or set `module.needs_reference = True` in a setup hook (e.g. an adaptive KL controller)"
+            )
+        return self.services.reference.logprobs(batch, self.module.sampling.temperature)
+
+    # -------------------------------------------------------------------------------------- state
+    def state_dict(self, policy_version: int, step_only: bool = False) -> dict[str, Any]:
+        """Generator state (RNG; unless ``step_only``, stale and reference weights) and rows sampled but unused."""
+        state = self.services.state_dict(policy_version, step_only)
+        pending = ([self._collecting] if self._collecting else []) + [rows for rows, _ in self._inflight]
+        state["pending_rows"] = pending + list(self._resume_rows)  # always present: a crash save overrides it
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict``; rows that were in flight are sampled again first."""
+        self.services.load_state_dict(state)
+        self._resume_rows = deque(state.get("pending_rows", []))
+
+
+def _groups(rows: Rows, completions: list[list[Any]]) -> list[Group]:
+    return [
+        [Episode(prompt=row["prompt"], target=str(row["target"]), completion=c) for c in group]
+        for row, group in zip(rows, completions, strict=True)
+    ]
