@@ -43,13 +43,15 @@ from rlforge.rewards import MathReward
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-4
 
 
-def build_rlforge(policy: str, seed: int) -> RLTrainer:
+def build_rlforge(
+    policy: str, seed: int, *, prompts: int = PROMPTS, group: int = GROUP, new_tokens: int = NEW_TOKENS
+) -> RLTrainer:
     """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation)."""
     module = GRPOModule(
         model=policy,
         loss=GRPOLoss(beta=0.0, clip_low=0.2, clip_high=0.2),
-        group_size=GROUP,
-        sampling=SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0),
+        group_size=group,
+        sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0),
         lr=LR,
         reward_fns=[MathReward()],
     )
@@ -63,11 +65,21 @@ def build_rlforge(policy: str, seed: int) -> RLTrainer:
         grad_clip=1.0,
         seed=seed,
     )
-    trainer.prepare(module, RLDataModule(task="addition", batch_size=PROMPTS, seed=seed))
+    trainer.prepare(module, RLDataModule(task="addition", batch_size=prompts, seed=seed))
     return trainer
 
 
-def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
+def build_trl(
+    policy: str,
+    steps: int,
+    seed: int,
+    output_dir: str,
+    on_step_end,
+    *,
+    prompts: int = PROMPTS,
+    group: int = GROUP,
+    new_tokens: int = NEW_TOKENS,
+):
     """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step."""
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -101,12 +113,12 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
         weight_decay=0.0,
         optim="adamw_torch",
         max_grad_norm=1.0,
-        per_device_train_batch_size=PROMPTS * GROUP,
+        per_device_train_batch_size=prompts * group,
         gradient_accumulation_steps=1,
         steps_per_generation=1,
         num_iterations=1,
-        num_generations=GROUP,
-        max_completion_length=NEW_TOKENS,
+        num_generations=group,
+        max_completion_length=new_tokens,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
