@@ -21,12 +21,14 @@ therefore has ``<empty_output>`` as its EOS on both sides, so its responses run 
 
 Grid (P = 2 prompts per step, so 2G rows; one untimed warm-up step per side, then medians of the timed steps).
 Costs grow with params x rows x (prompt + T), and the whole script must stay under ~20 minutes on 2 shared
-cores at 1 thread, so the grid thins out with size (measured at load ~4: one 135M step at G 4, T 32 with
-16 rows took 26 s for rlforge and 40 s for TRL):
+cores at 1 thread, so the grid thins out with size. Estimated from calibration runs at load ~4 (one 135M
+step at G 4, T 32, 8 rows: ~23 s rlforge, ~35 s TRL; T 128 about 2.5x that):
 
-- 0.86M and 8M: all six settings, G in {4, 8, 16} x T in {32, 128}; 1 warm-up + 3 timed steps.
-- 31.7M: G 4/8/16 at T 32 and G 4 at T 128; 1 warm-up + 2 timed steps.
-- 135M: G 4 and 8 at T 32 and G 4 at T 128; 1 warm-up + 1 timed step.
+- 0.86M: all six settings, G in {4, 8, 16} x T in {32, 128}; 3 timed steps (~1.5 min).
+- 8M: all six settings; 2 timed steps (~3.5 min).
+- 31.7M: G 4/8/16 at T 32 and G 4 at T 128; 2 timed steps (~4 min).
+- 135M: G 4 at T 32 and T 128; 1 timed step (~7 min). G 8/16 at 135M would add 3-8 min each, so the
+  group-size sweep stops at 31.7M.
 
 ``--quick``: 0.86M and 8M at G 4, T 32, one warm-up and one timed step; 135M is not run. ``--sizes``,
 ``--settings G:T ...``, ``--steps`` and ``--prompts`` override the grid.
@@ -93,9 +95,9 @@ class Plan:
 
 FULL_PLAN = [
     Plan("0.86M", ALL_SETTINGS, steps=3),
-    Plan("8M", ALL_SETTINGS, steps=3),
+    Plan("8M", ALL_SETTINGS, steps=2),
     Plan("31.7M", [(4, 32), (8, 32), (16, 32), (4, 128)], steps=2),
-    Plan("135M", [(4, 32), (8, 32), (4, 128)], steps=1),  # ~7 min of the ~15 at load 4
+    Plan("135M", [(4, 32), (4, 128)], steps=1),
 ]
 QUICK_PLAN = [Plan("0.86M", [(4, 32)], steps=1), Plan("8M", [(4, 32)], steps=1)]
 
