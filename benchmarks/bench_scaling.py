@@ -40,15 +40,14 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -56,6 +55,18 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_grpo_step import build_rlforge, build_trl  # noqa: E402 - sibling benchmark module
+from scaling_report import (  # noqa: E402
+    HEADER,
+    Row,
+    load,
+    machine,
+    markdown,
+    plot,
+    size_summary,
+    table_line,
+    versions,
+    write_readme,
+)
 from smollm2 import smollm2_folder  # noqa: E402
 
 from rlforge.models import DEFAULT_POLICY, load_policy  # noqa: E402
@@ -100,23 +111,6 @@ FULL_PLAN = [
     Plan("135M", [(4, 32), (4, 128)], steps=1),
 ]
 QUICK_PLAN = [Plan("0.86M", [(4, 32)], steps=1), Plan("8M", [(4, 32)], steps=1)]
-
-
-@dataclass
-class Row:
-    """Medians of one (size, G, T) cell."""
-
-    size: str
-    params: int
-    group: int
-    tokens: int
-    rows: int
-    sides: dict[str, dict[str, float]] = field(default_factory=dict)  # side -> step_s, tok_s, gen_share, len
-
-    @property
-    def ratio(self) -> float:
-        """rlforge speed over TRL speed (TRL s/step over rlforge s/step); > 1: rlforge faster."""
-        return self.sides["trl"]["step_s"] / self.sides["rlforge"]["step_s"]
 
 
 def qwen3_policy(folder: Path, overrides: dict, seed: int) -> str:
@@ -199,133 +193,6 @@ def summarize(steps: list[dict[str, float]], rows: int) -> dict[str, float]:
     }
 
 
-def machine() -> str:
-    """CPU model, cores and memory in one line."""
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem = Path("/proc/meminfo").read_text().split()[1]
-        mem_gib = f", {int(mem) / 2**20:.0f} GiB"
-    except OSError:
-        mem_gib = ""
-    return f"{cpu}, {os.cpu_count()} cores{mem_gib}"
-
-
-def load() -> str:
-    """``uptime``'s load averages (1, 5, 15 min)."""
-    try:
-        return (
-            subprocess.run(["uptime"], capture_output=True, text=True, check=True)
-            .stdout.split("load average:")[1]
-            .strip()
-        )
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return "unknown"
-
-
-def versions() -> str:
-    import trl
-
-    return (
-        f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"trl {trl.__version__}"
-    )
-
-
-HEADER = (
-    "| model | params | G | T | rows | rlforge s/step | TRL s/step | ratio | rlforge tok/s | TRL tok/s "
-    "| rlforge gen % | TRL gen % | resp. len (rl / TRL) |"
-)
-
-
-def table_line(row: Row) -> str:
-    ours, theirs = row.sides["rlforge"], row.sides["trl"]
-    return (
-        f"| {row.size} | {row.params / 1e6:.2f}M | {row.group} | {row.tokens} | {row.rows} | {ours['step_s']:.3f} "
-        f"| {theirs['step_s']:.3f} | **{row.ratio:.2f}** | {ours['tok_s']:.0f} | {theirs['tok_s']:.0f} "
-        f"| {100 * ours['gen_share']:.0f} | {100 * theirs['gen_share']:.0f} | {ours['len']:.0f} / {theirs['len']:.0f} |"
-    )
-
-
-def markdown(rows: list[Row], context: dict[str, str]) -> str:
-    """The README section: context lines, the table and a per-size generation share summary."""
-    lines = [
-        "<!-- bench_scaling:begin (written by benchmarks/bench_scaling.py) -->",
-        f"## Scaling with model size ({context['date']})",
-        "",
-        f"`{context['command']}` ({context['wall']}): machine {context['machine']}; {context['versions']}; "
-        f"{context['threads']} intra-op thread(s) on both sides; load average (1/5/15 min) "
-        f"{context['load_before']} at the start, {context['load_after']} at the end. {context['prompts']} prompts "
-        "per step, G samples each, T new tokens at temperature 1, beta 0, AdamW lr 1e-4, clip 1; medians "
-        "(see the script's docstring for the grid and the number of steps). ratio = TRL s/step / rlforge s/step; "
-        "tok/s = response tokens per second of step; gen % = share of the step spent generating and scoring.",
-        "",
-        HEADER,
-        "|" + "---|" * (HEADER.count("|") - 1),
-        *[table_line(row) for row in rows],
-        "",
-        "Per size (medians over its settings):",
-        "",
-        *[f"- {line}" for line in size_summary(rows)],
-        "",
-        "![ratio vs model size](scaling.png)",
-        "",
-        "<!-- bench_scaling:end -->",
-    ]
-    return "\n".join(lines)
-
-
-def size_summary(rows: list[Row]) -> list[str]:
-    """One line per model size: median ratio and generation share of each side."""
-    lines = []
-    for size in dict.fromkeys(r.size for r in rows):
-        cells = [r for r in rows if r.size == size]
-        share = {s: statistics.median(r.sides[s]["gen_share"] for r in cells) for s in ("rlforge", "trl")}
-        lines.append(
-            f"{size}: ratio {statistics.median(r.ratio for r in cells):.2f}; generation "
-            f"{100 * share['rlforge']:.0f}% of the rlforge step, {100 * share['trl']:.0f}% of TRL's"
-        )
-    return lines
-
-
-def write_readme(path: Path, section: str) -> None:
-    """Replaces the marked section of ``path`` (appends it when absent)."""
-    text = path.read_text() if path.exists() else ""
-    begin, end = text.find("<!-- bench_scaling:begin"), text.find("<!-- bench_scaling:end -->")
-    if begin >= 0 and end > begin:
-        text = text[:begin] + section + text[end + len("<!-- bench_scaling:end -->") :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-
-
-def plot(rows: list[Row], path: Path, title: str) -> None:
-    """Ratio (rlforge speed / TRL speed) vs params, one line per (G, T)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for group, tokens in sorted({(r.group, r.tokens) for r in rows}):
-        cells = sorted((r for r in rows if (r.group, r.tokens) == (group, tokens)), key=lambda r: r.params)
-        ax.plot([r.params for r in cells], [r.ratio for r in cells], marker="o", label=f"G={group}, T={tokens}")
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.axhline(3.0, color="grey", linewidth=0.8, linestyle="--", label="3x target")
-    ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("policy parameters")
-    ax.set_ylabel("rlforge speed / TRL speed (GRPO step)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (< 2 min); writes into a temp folder")
@@ -353,56 +220,63 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()  # "Writing model shards" bars between table rows
     transformers.utils.logging.set_verbosity_error()
-    started, load_before = time.perf_counter(), load()
-    print(versions())
-    print(f"{machine()}; load {load_before}; {args.threads} thread(s); {prompts} prompts per step", flush=True)
-    print(HEADER)
-
+    started = time.perf_counter()
+    context = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "command": " ".join(["python benchmarks/bench_scaling.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "versions": versions(),
+        "threads": str(args.threads),
+        "load_before": load(),
+        "prompts": str(prompts),
+    }
+    print(context["versions"])
+    print(f"{context['machine']}; load {context['load_before']}; {args.threads} thread(s); {prompts} prompts per step")
+    print(HEADER, flush=True)
     rows: list[Row] = []
-    skipped: list[str] = []
+    notes: list[str] = []
+    total = sum(len(plan.settings) for plan in plans)
+
+    def publish(final: bool) -> None:
+        # Written after every cell, so a run cut short still leaves its finished cells in the README and plot.
+        context["wall"] = f"{(time.perf_counter() - started) / 60:.1f} min"
+        context["load_after"] = load()
+        partial = [] if final else [f"Partial run: {len(rows)} of {total} cells so far."]
+        write_readme(readme, markdown(rows, context, notes + partial))
+        plot(rows, plot_path, f"{context['machine']}, {args.threads} thread(s), load {context['load_before']}")
+
+    for row in run_grid(plans, prompts, args.seed, notes):
+        rows.append(row)
+        print(table_line(row), flush=True)
+        publish(final=False)
+    if rows:
+        publish(final=True)
+    print(f"load {load()} at the end; {(time.perf_counter() - started) / 60:.1f} min; wrote {readme} and {plot_path}")
+    for line in size_summary(rows):
+        print(line)
+
+
+def run_grid(plans: list[Plan], prompts: int, seed: int, notes: list[str]) -> Iterator[Row]:
+    """Measures every planned cell in order; a size that cannot be built here adds a note instead."""
     with tempfile.TemporaryDirectory() as folder:
         for plan in plans:
             if plan.size == "135M":
                 source, reason = smollm2_folder()
                 if source is None:
-                    skipped.append(f"135M skipped: {reason}")
-                    print(skipped[-1], flush=True)
+                    notes.append(f"135M skipped: {reason}.")
+                    print(notes[-1], flush=True)
                     continue
                 policy = smollm2_bench_copy(source, Path(folder) / plan.size)
             else:
-                policy = qwen3_policy(Path(folder) / plan.size, QWEN3_SIZES[plan.size], args.seed)
+                policy = qwen3_policy(Path(folder) / plan.size, QWEN3_SIZES[plan.size], seed)
             model, _ = load_policy(policy)
             params = sum(p.numel() for p in model.parameters())
             del model
             for group, tokens in plan.settings:
                 row = Row(plan.size, params, group, tokens, group * prompts)
-                row.sides = measure(policy, group, tokens, prompts, plan, args.seed)
-                rows.append(row)
+                row.sides = measure(policy, group, tokens, prompts, plan, seed)
                 gc.collect()  # both trainers of this cell are garbage now; free them before the next
-                print(table_line(row), flush=True)
-
-    wall = time.perf_counter() - started
-    command = " ".join(["python benchmarks/bench_scaling.py", *sys.argv[1:]])
-    context = {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "command": command,
-        "wall": f"{wall / 60:.1f} min",
-        "machine": machine(),
-        "versions": versions(),
-        "threads": str(args.threads),
-        "load_before": load_before,
-        "load_after": load(),
-        "prompts": str(prompts),
-    }
-    section = markdown(rows, context)
-    if skipped:
-        section = section.replace("![ratio", "\n".join(skipped) + "\n\n![ratio")
-    if rows:
-        write_readme(readme, section)
-        plot(rows, plot_path, f"{context['machine']}, {args.threads} thread(s), load {load_before}")
-    print(f"load {context['load_after']} at the end; {wall / 60:.1f} min; wrote {readme} and {plot_path}")
-    for line in size_summary(rows):
-        print(line)
+                yield row
 
 
 if __name__ == "__main__":
