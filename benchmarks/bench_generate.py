@@ -5,9 +5,11 @@ All sides run in this process, interleaved A/B/A/B, and the script prints median
     python benchmarks/bench_generate.py --batch-sizes 8 64 --prompt-len 64 --new-tokens 128 --repeats 3 --threads 1 2
 
 Generation runs to ``max_new_tokens`` on every side (EOS is disabled) so all produce the same token count.
-Sampling is plain temperature 1 (no top-k/top-p) everywhere. ``rlforge (HF fwd)`` is TorchGenerator with
-``static_cache=False``: the same loop over the model's HF forward and a ``DynamicCache``, which shows how
-much of the gain is the ``KVDecoder``.
+Sampling is plain temperature 1 (no top-k/top-p) everywhere. ``rlforge`` is TorchGenerator with its defaults
+(``compile="auto"``, which stays eager in a run this short); ``compiled`` is ``compile=True`` (the warm-up round
+absorbs the compile). ``rlforge (HF fwd)`` is TorchGenerator with ``static_cache=False``:
+the same loop over the model's HF forward and a ``DynamicCache``, which shows how much of the gain is the
+``KVDecoder``. The last line's ``ratio`` columns are rlforge / HF generate (eager default, compiled).
 """
 
 from __future__ import annotations

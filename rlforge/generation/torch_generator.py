@@ -155,13 +155,15 @@ class TorchGenerator:
                 attention_mask.sum(-1).index_select(0, rows)[None] + torch.arange(steps, device=self.device)[:, None]
             )  # [steps, B]: RoPE position of the token fed at each step
             columns = torch.arange(width, width + steps, device=self.device)
-            # Attend over the filled part of the cache only; with CUDA graphs (static shapes) over all of it.
-            static = self.decode_step.active and self.device.type == "cuda"
+            # Attend over the filled part of the cache only; compiled on CUDA, over all of it (static shapes,
+            # as CUDA graphs need).
+            compiled = self.decode_step.active
+            static = compiled and self.device.type == "cuda"
             sampling = (params.temperature, params.top_k, params.top_p)
 
             def advance(tok, t, u):
                 span = decoder.span_columns(decoder.keys[0].shape[2] if static else width + t)
-                if not static:
+                if compiled and not static:
                     torch._dynamo.maybe_mark_dynamic(span, 0)  # one compiled graph for every length
                 return self.decode_step(decoder, tok, positions[t - 1], columns[t - 1], span, u, *sampling)
 
