@@ -24,8 +24,8 @@ class LocalStrategy(Strategy):
         device: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         generator: Rollout sampler backend: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs
             the ``vllm`` extra; validation also uses it while its weights are current).
-        generator_options: Keyword arguments of the generator class (e.g. for vLLM
-            ``gpu_memory_utilization``, ``sleep_between_rollouts``, ``dtype``).
+        generator_options: Keyword arguments of the generator class (for vLLM e.g. ``gpu_memory_utilization``,
+            ``sleep_between_rollouts``, ``dtype``; for torch ``compile``, ``compile_after_s``, ``static_cache``).
         peft_sync: With a PEFT (LoRA) policy: ``merged`` sends the merged weights to the generator (any
             generator; vLLM reloads them), ``adapter`` sends only the LoRA tensors and the generator side
             merges them into its copy of the base weights (``torch`` generator only).
