@@ -211,22 +211,29 @@ def time_to_reach(curve: list[tuple[int, float, float]], target: float) -> float
 
 
 def report(task: str, curves: dict[str, list]) -> list[str]:
-    lines = [f"### {task}", "", "| side | step | train s | held-out greedy acc |", "|---|---|---|---|"]
-    for side, curve in curves.items():
-        lines += [f"| {side} | {step} | {sec:.1f} | {acc:.3f} |" for step, sec, acc in curve]
+    """A markdown table, one row per evaluated step (``-`` where a side did not evaluate), and the summary."""
+    points = {side: {step: (sec, acc) for step, sec, acc in curve} for side, curve in curves.items()}
+    lines = [
+        f"### {task}",
+        "",
+        "| step | rlforge acc | rlforge train s | TRL acc | TRL train s |",
+        "|---|---|---|---|---|",
+    ]
+    for step in sorted(set(points["rlforge"]) | set(points["trl"])):
+        cells = []
+        for side in ("rlforge", "trl"):
+            sec, acc = points[side].get(step, (None, None))
+            cells += ["-", "-"] if acc is None else [f"{acc:.3f}", f"{sec:.1f}"]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
     trl_final = curves["trl"][-1][2]
-    ours_reach, theirs_reach = time_to_reach(curves["rlforge"], trl_final), time_to_reach(curves["trl"], trl_final)
-    steps = {side: curve[-1][0] for side, curve in curves.items()}
-    common = [s for s, _, _ in curves["trl"] if s in {t for t, _, _ in curves["rlforge"]}]
-    at = max(common)
-    acc_at = {side: next(a for s, _, a in curves[side] if s == at) for side in curves}
+    ours_reach = time_to_reach(curves["rlforge"], trl_final)
+    at = max(set(points["rlforge"]) & set(points["trl"]))
     lines += [
         "",
-        f"steps in budget: rlforge {steps['rlforge']}, TRL {steps['trl']}; "
-        f"at step {at}: rlforge {acc_at['rlforge']:.3f}, TRL {acc_at['trl']:.3f}",
-        f"TRL final accuracy {trl_final:.3f}: reached by rlforge after "
-        + (f"{ours_reach:.1f} s" if ours_reach is not None else "never (within budget)")
-        + (f", by TRL after {theirs_reach:.1f} s" if theirs_reach is not None else ""),
+        f"steps in budget: rlforge {curves['rlforge'][-1][0]}, TRL {curves['trl'][-1][0]}; at step {at}: "
+        f"rlforge {points['rlforge'][at][1]:.3f}, TRL {points['trl'][at][1]:.3f}. TRL's final accuracy "
+        f"{trl_final:.3f} ({curves['trl'][-1][1]:.0f} s): rlforge reached it after "
+        + (f"{ours_reach:.1f} s" if ours_reach is not None else "never (within its budget)"),
         "",
     ]
     return lines
