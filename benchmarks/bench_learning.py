@@ -250,10 +250,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/rlforge/bench_learning"))
-    parser.add_argument("--quick", action="store_true", help="smoke run: 15 s per side, 5-step chunks, 64 rows")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 10 s per side, 5-step chunks, 64 rows")
     args = parser.parse_args()
     if args.quick:
-        args.budget_s, args.eval_every, args.val_rows = 15.0, 5, 64
+        args.budget_s, args.eval_every, args.val_rows = 10.0, 5, 64
     torch.set_num_threads(args.threads)
 
     import transformers
