@@ -67,13 +67,16 @@ def build_rlforge(policy: str, seed: int) -> RLTrainer:
     return trainer
 
 
-def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
-    """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step."""
+def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end, task: str = "addition", **overrides):
+    """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step.
+
+    ``overrides`` replace ``GRPOConfig`` fields (``bench_learning.py`` sets its own lr, batch, loss, ...).
+    """
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    rows = make_task("addition", seed=seed).train
+    rows = make_task(task, seed=seed).train
     dataset = Dataset.from_list([{"prompt": r["prompt"], "target": str(r["target"])} for r in rows])
     reward = MathReward()
 
@@ -87,7 +90,7 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
         def on_step_end(self, args, state, control, **kwargs):
             on_step_end(time.perf_counter() - self.start)
 
-    config = GRPOConfig(
+    settings = dict(
         output_dir=output_dir,
         use_cpu=True,
         bf16=False,
@@ -118,6 +121,7 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end):
         dataloader_num_workers=0,
         seed=seed,
     )
+    config = GRPOConfig(**{**settings, **overrides})
     model, tokenizer = load_policy(policy)
     return GRPOTrainer(
         model=model,
