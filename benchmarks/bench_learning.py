@@ -12,7 +12,7 @@ whichever policy just trained. Evaluation time is not counted in either budget::
 
 Warm starts: ``addition`` uses the shipped default policy (already trained on it); the other tasks get a short
 ``SFTModule`` run from the default policy, cached under ``--cache-dir`` so both sides (and later runs) load the
-very same folder. The one-step machinery (``build_trl``'s settings, ``RLTrainer.prepare`` + ``_train_step``)
+very same folder. The one-step machinery (``build_trl``'s settings, ``RLTrainer.prepare`` + ``run_step``)
 is ``bench_grpo_step.py``'s; this script only adds the chunked turn-taking and the evaluator.
 """
 
@@ -177,7 +177,7 @@ def run_race(race: Race, budget_s: float, eval_every: int, val_rows: list[dict[s
             if clock["rlforge"] >= budget_s:
                 break
             begin = time.perf_counter()
-            ours._train_step()  # noqa: SLF001 - one full RL step, exactly what fit() runs per iteration
+            ours.run_step()  # one full RL step, exactly what fit() runs per iteration
             clock["rlforge"] += time.perf_counter() - begin
         if ours.global_step == first:
             return
