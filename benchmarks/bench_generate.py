@@ -5,9 +5,11 @@ All sides run in this process, interleaved A/B/A/B, and the script prints median
     python benchmarks/bench_generate.py --batch-sizes 8 64 --prompt-len 64 --new-tokens 128 --repeats 3 --threads 1 2
 
 Generation runs to ``max_new_tokens`` on every side (EOS is disabled) so all produce the same token count.
-Sampling is plain temperature 1 (no top-k/top-p) everywhere. ``rlforge (HF fwd)`` is TorchGenerator with
-``static_cache=False``: the same loop over the model's HF forward and a ``DynamicCache``, which shows how
-much of the gain is the ``KVDecoder``.
+Sampling is plain temperature 1 (no top-k/top-p) everywhere. ``rlforge`` is TorchGenerator with its defaults
+(``compile="auto"``, which stays eager in a run this short); ``compiled`` is ``compile=True`` (the warm-up round
+absorbs the compile). ``rlforge (HF fwd)`` is TorchGenerator with ``static_cache=False``:
+the same loop over the model's HF forward and a ``DynamicCache``, which shows how much of the gain is the
+``KVDecoder``. The last line's ``ratio`` columns are rlforge / HF generate (eager default, compiled).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ import transformers
 from rlforge.generation import SamplingParams, TorchGenerator
 from rlforge.models.tiny import build_tiny_model, train_tokenizer
 
-SIDES = ("rlforge", "rlforge_hf_forward", "hf_generate")
+SIDES = ("rlforge", "rlforge_compiled", "rlforge_hf_forward", "hf_generate")
+GENERATOR_OPTIONS = {
+    "rlforge": {},  # the defaults: compile="auto" stays eager in a run this short
+    "rlforge_compiled": {"compile": True},
+    "rlforge_hf_forward": {"static_cache": False},
+}
 
 
 def main() -> None:
@@ -38,7 +45,9 @@ def main() -> None:
     tokenizer = train_tokenizer(["Q: What is 3 + 5?\nA: #### 8", "0123456789 abcdefghijklmnopqrstuvwxyz"] * 8, 320)
     model = build_tiny_model(tokenizer, seed=0, max_position_embeddings=args.prompt_len + args.new_tokens + 8).eval()
     model.generation_config.eos_token_id = None  # both sides generate exactly new_tokens tokens
-    generators = {side: TorchGenerator(model, tokenizer, seed=0, static_cache=side == "rlforge") for side in SIDES[:2]}
+    generators = {
+        side: TorchGenerator(model, tokenizer, seed=0, **GENERATOR_OPTIONS[side]) for side in GENERATOR_OPTIONS
+    }
     for generator in generators.values():
         generator.eos_token_ids = [-1]
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
@@ -46,7 +55,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"prompt_len={args.prompt_len} new_tokens={args.new_tokens}, medians of {args.repeats} runs after a warm-up")
     print(
-        f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'rlforge (HF fwd)':>17} {'HF generate':>12} {'ratio':>6}"
+        f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'compiled':>9} {'rlforge (HF fwd)':>17} "
+        f"{'HF generate':>12} {'ratio':>6} {'ratio compiled':>15}"
     )
     for threads, batch in itertools.product(args.threads, args.batch_sizes):
         torch.set_num_threads(threads)
@@ -71,9 +81,11 @@ def main() -> None:
                             pad_token_id=tokenizer.pad_token_id,
                         )
                 times[side].append(time.perf_counter() - start)
-        ours, ours_hf, theirs = (batch * args.new_tokens / statistics.median(times[s][1:]) for s in SIDES)
+        ours, compiled, ours_hf, theirs = (batch * args.new_tokens / statistics.median(times[s][1:]) for s in SIDES)
         print(
-            f"{threads:>7} {batch:>6} {ours:>14.0f} {ours_hf:>17.0f} {theirs:>12.0f} {ours / theirs:>6.2f}", flush=True
+            f"{threads:>7} {batch:>6} {ours:>14.0f} {compiled:>9.0f} {ours_hf:>17.0f} {theirs:>12.0f} "
+            f"{ours / theirs:>6.2f} {compiled / theirs:>15.2f}",
+            flush=True,
         )
 
 

@@ -69,23 +69,16 @@ def build_rlforge(
     return trainer
 
 
-def build_trl(
-    policy: str,
-    steps: int,
-    seed: int,
-    output_dir: str,
-    on_step_end,
-    *,
-    prompts: int = PROMPTS,
-    group: int = GROUP,
-    new_tokens: int = NEW_TOKENS,
-):
-    """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step."""
+def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end, task: str = "addition", **overrides):
+    """A TRL ``GRPOTrainer`` with the same settings; ``on_step_end(trl_seconds)`` runs after each step.
+
+    ``overrides`` replace ``GRPOConfig`` fields (``bench_learning.py`` sets its own lr, batch, loss, ...).
+    """
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    rows = make_task("addition", seed=seed).train
+    rows = make_task(task, seed=seed).train
     dataset = Dataset.from_list([{"prompt": r["prompt"], "target": str(r["target"])} for r in rows])
     reward = MathReward()
 
@@ -99,7 +92,7 @@ def build_trl(
         def on_step_end(self, args, state, control, **kwargs):
             on_step_end(time.perf_counter() - self.start)
 
-    config = GRPOConfig(
+    settings = dict(
         output_dir=output_dir,
         use_cpu=True,
         bf16=False,
@@ -113,12 +106,12 @@ def build_trl(
         weight_decay=0.0,
         optim="adamw_torch",
         max_grad_norm=1.0,
-        per_device_train_batch_size=prompts * group,
+        per_device_train_batch_size=PROMPTS * GROUP,
         gradient_accumulation_steps=1,
         steps_per_generation=1,
         num_iterations=1,
-        num_generations=group,
-        max_completion_length=new_tokens,
+        num_generations=GROUP,
+        max_completion_length=NEW_TOKENS,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -130,6 +123,7 @@ def build_trl(
         dataloader_num_workers=0,
         seed=seed,
     )
+    config = GRPOConfig(**{**settings, **overrides})
     model, tokenizer = load_policy(policy)
     return GRPOTrainer(
         model=model,
@@ -150,7 +144,7 @@ def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int) -> 
     def after_trl_step(trl_s: float) -> None:
         times["trl"].append(trl_s)
         start = time.perf_counter()
-        ours._train_step()  # noqa: SLF001 - one full RL step, exactly what fit() runs per iteration
+        ours.run_step()  # one full RL step, exactly what fit() runs per iteration
         times["rlforge"].append(time.perf_counter() - start)
 
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():

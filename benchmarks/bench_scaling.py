@@ -152,7 +152,7 @@ def measure(policy: str, group: int, tokens: int, prompts: int, plan: Plan, seed
         gen_s, n_tokens = trl_gen[-1]
         samples["trl"].append({"step_s": trl_s, "gen_s": gen_s, "tokens": n_tokens})
         start = time.perf_counter()
-        ours._train_step()  # noqa: SLF001 - one full RL step, exactly what fit() runs per iteration
+        ours.run_step()  # one full RL step, exactly what fit() runs per iteration
         step_s = time.perf_counter() - start
         metrics = ours.callback_metrics
         n_tokens = metrics["perf/tokens_per_s"] * metrics["perf/step_s"]  # response tokens of the batch
@@ -163,7 +163,14 @@ def measure(policy: str, group: int, tokens: int, prompts: int, plan: Plan, seed
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs = build_trl(
-            policy, plan.warmup + plan.steps, seed, out, after_trl_step, prompts=prompts, group=group, new_tokens=tokens
+            policy,
+            plan.warmup + plan.steps,
+            seed,
+            out,
+            after_trl_step,
+            per_device_train_batch_size=prompts * group,
+            num_generations=group,
+            max_completion_length=tokens,
         )
         rollout = theirs._generate_and_score_completions  # noqa: SLF001 - wrapped to time TRL's generation
 

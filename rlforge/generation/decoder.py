@@ -5,6 +5,10 @@ models, and its ``DynamicCache`` re-copies the whole cache every token. ``KVDeco
 directly on the model's own parameters (no copies, so in-place weight updates are seen at once):
 preallocated ``[B, H_kv, L, D]`` key/value buffers, a rotary table computed once by the model's own
 rotary module, and the prompt encoded once per group and broadcast to the group's rows.
+
+A decode step (``step``) has static shapes when ``span`` is fixed: the new key/value go to the cache column
+given as a tensor (``index_copy_``), and attention reads ``span`` columns under an additive mask, so the same
+step compiles into one graph and can be replayed by CUDA graphs.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from torch import nn
 
 _FAMILY = {"llama", "qwen2", "qwen3", "mistral"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}  # rope types whose tables do not depend on the length
+CACHE_BUCKET = 64  # cache lengths round up to a multiple of this, so compiled steps see few distinct shapes
 
 
 def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -27,6 +32,20 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``_rotate`` with the sign of ``rotate_half`` folded into ``signed_sin``: swapping the halves is a flip."""
+    shape = x.shape
+    swapped = x.unflatten(-1, (2, shape[-1] // 2)).flip(-2).reshape(shape)
+    return torch.addcmul(x * cos, swapped, signed_sin)
+
+
+def _linear_add(residual: torch.Tensor, x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
+    """``residual + proj(x)`` for 2-D ``x`` in one GEMM when the projection has no bias."""
+    if proj.bias is None:
+        return torch.addmm(residual, x, proj.weight.t())
+    return residual + F.linear(x, proj.weight, proj.bias)
 
 
 class KVDecoder:
@@ -47,7 +66,8 @@ class KVDecoder:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.valid: torch.Tensor | None = None  # [B, L] bool: key positions a query may attend to
-        self.cos = self.sin = None
+        self.bias: torch.Tensor | None = None  # [B, L] fp: 0 where valid, -inf elsewhere (decode mask)
+        self.cos = self.sin = self.signed_sin = self.columns = None
 
     @staticmethod
     def supports(model: nn.Module, total_len: int) -> bool:
@@ -67,11 +87,9 @@ class KVDecoder:
         sliding = getattr(config, "use_sliding_window", True) and window is not None and window < total_len
         return not sliding and all(t == "full_attention" for t in layer_types)
 
-    # ------------------------------------------------------------------------------------------ forward
-    def _layer(
-        self, i: int, layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int
-    ) -> torch.Tensor:
-        """One decoder layer on ``x`` ``[B, T, hidden]`` whose tokens go to cache columns ``start:start+T``."""
+    # ------------------------------------------------------------------------------------------ prefill
+    def _prefill_layer(self, i: int, layer: nn.Module, x: torch.Tensor, cos, sin, mask) -> torch.Tensor:
+        """One decoder layer on the prompts ``x`` ``[P, W, hidden]``; their keys/values go to columns ``:W``."""
         attn, mlp = layer.self_attn, layer.mlp
         b, t, _ = x.shape
         h = _rms_norm(x, layer.input_layernorm)
@@ -81,35 +99,15 @@ class KVDecoder:
         if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over each head before RoPE
             q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
         q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
-        end = start + t
-        self.keys[i][:b, :, start:end] = k
-        self.values[i][:b, :, start:end] = v.transpose(1, 2)
-        keys, values = self.keys[i][:b, :, :end], self.values[i][:b, :, :end]
-        mask = self.valid[:b, None, None, :end]
-        if t > 1:  # prefill: causal, and padding queries attend to themselves (keeps every row finite)
-            query = torch.arange(end - t, end, device=x.device)[:, None]
-            key = torch.arange(end, device=x.device)[None]
-            mask = (mask & (key <= query)) | (key == query)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
-            out = out.transpose(1, 2).reshape(b, t, -1)
-        else:  # decode: the query heads of a KV group share one batched matmul (no K/V repeat; fastest measured)
-            q = q.view(b, self.n_kv, self.n_heads // self.n_kv, self.head_dim)
-            scores = (q @ keys.transpose(-1, -2)).mul_(attn.scaling).masked_fill_(~mask, float("-inf"))
-            out = (scores.softmax(-1) @ values).view(b, 1, -1)
-        x = x + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+        self.keys[i][:b, :, :t] = k
+        self.values[i][:b, :, :t] = v.transpose(1, 2)
+        keys, values = self.keys[i][:b, :, :t], self.values[i][:b, :, :t]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
+        x = x + F.linear(out.transpose(1, 2).reshape(b, t, -1), attn.o_proj.weight, attn.o_proj.bias)
         h = _rms_norm(x, layer.post_attention_layernorm)
         gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
         h = mlp.act_fn(F.linear(h, gate.weight, gate.bias)) * F.linear(h, up.weight, up.bias)
         return x + F.linear(h, down.weight, down.bias)
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int) -> torch.Tensor:
-        inner = self.model.model
-        x = inner.embed_tokens(ids)
-        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [B, 1, T, D]
-        for i, layer in enumerate(inner.layers):
-            x = self._layer(i, layer, x, cos, sin, start)
-        last = _rms_norm(x[:, -1], inner.norm)
-        return self.model.lm_head(last).float()
 
     @torch.no_grad()
     def prefill(
@@ -128,29 +126,89 @@ class KVDecoder:
         """
         inner, device = self.model.model, input_ids.device
         n_prompts, width = input_ids.shape
-        total, batch = width + max_new_tokens, rows.numel()
+        batch = rows.numel()
+        total = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
         param = next(self.model.parameters())
         table_pos = torch.arange(total, device=device)[None]
         cos, sin = inner.rotary_emb(param.new_zeros(1, total, self.head_dim), table_pos)
         self.cos, self.sin = cos[0].to(param.dtype), sin[0].to(param.dtype)
+        half = self.head_dim // 2
+        self.signed_sin = torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1)
+        self.columns = torch.arange(total, device=device)
+        # Zeros, not empty: columns past the current one are read (and masked) by a fixed-span step.
         shape = (batch, self.n_kv, total, self.head_dim)  # batch >= n_prompts: rows repeat prompts
-        self.keys = [param.new_empty(shape) for _ in inner.layers]
-        self.values = [param.new_empty(shape) for _ in inner.layers]
-        self.valid = torch.ones(shape[0], total, dtype=torch.bool, device=device)
-        self.valid[:n_prompts, :width] = attention_mask.bool()
+        self.keys = [param.new_zeros(shape) for _ in inner.layers]
+        self.values = [param.new_zeros(shape) for _ in inner.layers]
+        valid = attention_mask.bool()
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self._forward(input_ids, positions, 0)
+        # Causal, and padding queries attend to themselves (keeps every row finite).
+        query, key = torch.arange(width, device=device)[:, None], torch.arange(width, device=device)[None]
+        mask = (valid[:, None, None, :] & (key <= query)) | (key == query)
+        x = inner.embed_tokens(input_ids)
+        cos_p, sin_p = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [P, 1, W, D]
+        for i, layer in enumerate(inner.layers):
+            x = self._prefill_layer(i, layer, x, cos_p, sin_p, mask)
+        logits = self.model.lm_head(_rms_norm(x[:, -1], inner.norm)).float()
         # Broadcast each prompt's cache to its rows (index_select copies first, so rows may overlap prompts).
         for buf in (*self.keys, *self.values):
             buf[:batch, :, :width] = buf[:n_prompts, :, :width].index_select(0, rows)
-        self.valid[:batch, :width] = attention_mask.bool().index_select(0, rows)
+        self.valid = torch.ones(batch, total, dtype=torch.bool, device=device)
+        self.valid[:, :width] = valid.index_select(0, rows)
+        self.bias = torch.zeros(batch, total, dtype=param.dtype, device=device).masked_fill_(~self.valid, -torch.inf)
         return logits.index_select(0, rows)
 
-    @torch.no_grad()
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
-        """Feeds one token per row (``[B]``, RoPE positions ``[B]``) at cache ``column``; returns ``[B, V]``."""
-        return self._forward(tokens[:, None], positions[:, None], column)
+    # ------------------------------------------------------------------------------------------ decode
+    def span_columns(self, span: int) -> torch.Tensor:
+        """The cache columns a step attends to (pass to ``step``; its length is the step's one varying shape)."""
+        return self.columns[:span]
+
+    def step(
+        self, tokens: torch.Tensor, positions: torch.Tensor, column: torch.Tensor, span: torch.Tensor
+    ) -> torch.Tensor:
+        """Feeds one token per row and returns the next logits ``[B, V]`` (fp32).
+
+        Args:
+            tokens: ``[B]`` token ids.
+            positions: ``[B]`` their RoPE positions.
+            column: 0-d long tensor, the cache column the new keys/values go to.
+            span: ``span_columns(n)``: attention reads the first ``n > column`` cache columns and masks the
+                ones after ``column``. A fixed ``n`` (the whole cache) makes the step's shapes static, as CUDA
+                graphs need; a growing one reads only the filled part (a dynamic dimension when compiled).
+        """
+        inner = self.model.model
+        b, d, n_kv = tokens.shape[0], self.head_dim, self.n_kv
+        group = self.n_heads // n_kv
+        x = inner.embed_tokens(tokens)
+        cos, sin = self.cos[positions][:, None], self.signed_sin[positions][:, None]  # [B, 1, D]
+        # Additive mask of this step, shared by every layer: padding and the columns after `column`.
+        bias = torch.where(span <= column, self.bias[:, : span.shape[0]], -torch.inf)
+        bias = bias.repeat_interleave(n_kv, 0)[:, None]  # [B * H_kv, 1, span]
+        at = column.view(1)
+        for i, layer in enumerate(inner.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            h = _rms_norm(x, layer.input_layernorm)
+            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b, self.n_heads, d)
+            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b, n_kv, d)
+            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, n_kv, 1, d)
+            if getattr(attn, "q_norm", None) is not None:
+                q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+            q, k = _rotate_signed(q, cos, sin), _rotate_signed(k, cos, sin)
+            self.keys[i].index_copy_(2, at, k[:, :, None])
+            self.values[i].index_copy_(2, at, v)
+            keys = self.keys[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
+            values = self.values[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
+            # The query heads of a KV group share one batched matmul (no K/V repeat); scale and mask fused.
+            scores = torch.baddbmm(bias, q.view(b * n_kv, group, d), keys.transpose(1, 2), alpha=attn.scaling)
+            out = torch.bmm(scores.softmax(-1), values).view(b, -1)
+            x = _linear_add(x, out, attn.o_proj)
+            h = _rms_norm(x, layer.post_attention_layernorm)
+            h = mlp.act_fn(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(
+                h, mlp.up_proj.weight, mlp.up_proj.bias
+            )
+            x = _linear_add(x, h, mlp.down_proj)
+        return self.model.lm_head(_rms_norm(x, inner.norm)).float()
 
     def release(self) -> None:
         """Frees the cache buffers."""
-        self.keys, self.values, self.valid, self.cos, self.sin = [], [], None, None, None
+        self.keys, self.values, self.valid, self.bias = [], [], None, None
+        self.cos = self.sin = self.signed_sin = self.columns = None

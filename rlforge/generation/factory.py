@@ -16,6 +16,8 @@ from rlforge.models.peft import generator_weights, is_peft_model, merged_copy
 from rlforge.types import Completion
 
 GENERATORS = ("torch", "vllm")
+TORCH_OPTIONS = ("static_cache", "compile", "compile_after_s")
+"""``TorchGenerator`` keyword arguments a config may set (``generator_options`` / ``generator.options``)."""
 """Names accepted by ``build_generator`` (and ``LocalStrategy(generator=...)``)."""
 
 
@@ -67,10 +69,13 @@ def build_generator(
     check_generator_name(kind, field)
     options = dict(options or {})
     if kind == "torch":
-        if options:
-            raise ConfigError(f"{field} options: TorchGenerator takes none, got {sorted(options)}")
+        unknown = sorted(set(options) - set(TORCH_OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"{field} options: TorchGenerator takes none of {unknown} (it takes {', '.join(TORCH_OPTIONS)})"
+            )
         model = hf_copy(policy) if copy_weights else policy
-        return TorchGenerator(model, tokenizer, seed=seed, policy_version=policy_version)
+        return TorchGenerator(model, tokenizer, seed=seed, policy_version=policy_version, **options)
     from rlforge.generation.vllm_generator import VLLMGenerator
 
     # vLLM starts from a saved HF folder: a PEFT policy is saved merged; later syncs reload merged weights.

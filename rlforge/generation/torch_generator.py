@@ -8,24 +8,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlforge.generation.compiled_step import CompiledStep
 from rlforge.generation.decoder import KVDecoder
 from rlforge.generation.params import SamplingParams
+from rlforge.generation.sampling import draw_uniforms, filter_logits, sample_tokens
 from rlforge.types import Completion
 
+__all__ = ["TorchGenerator", "eos_token_ids", "filter_logits"]
 
-def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Masks logits outside the top-k set and the top-p nucleus with ``-inf``."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        # Drop a token once the mass before it already reaches top_p; the first token always stays.
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
+# Decode steps between host checks for "every row has stopped", the loop's only host sync. On an accelerator a
+# sync drains the queue, so it is rare; on CPU it costs nothing and every step checked ends the loop soonest.
+EOS_CHECK_EVERY = {"cpu": 1}
+EOS_CHECK_EVERY_DEFAULT = 8
 
 
 def eos_token_ids(tokenizer: Any, model: nn.Module | None = None) -> list[int]:
@@ -65,6 +59,11 @@ class TorchGenerator:
         seed: Seed of the sampler's own RNG (kept in ``state_dict`` for exact resume).
         policy_version: Version of the weights the model currently holds.
         static_cache: Decode supported architectures with ``KVDecoder`` (``False``: always the HF forward).
+        compile: Run the ``KVDecoder`` decode step (forward and sampling, one graph per shape bucket) through
+            ``torch.compile``: ``True`` from the first call, ``False`` never, ``"auto"`` once this generator's
+            eager decodes have taken ``compile_after_s`` seconds (so short runs never pay the compile). A failed
+            compile falls back to eager with a warning. See ``rlforge/generation/compiled_step.py``.
+        compile_after_s: The eager decode time after which ``compile="auto"`` compiles.
     """
 
     def __init__(
@@ -74,6 +73,8 @@ class TorchGenerator:
         seed: int = 0,
         policy_version: int = 0,
         static_cache: bool = True,
+        compile: bool | str = "auto",
+        compile_after_s: float = 60.0,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -85,6 +86,7 @@ class TorchGenerator:
         self.rng.manual_seed(seed)
         self._cache_kw = _cache_kwarg(model)
         self.use_kv_decoder = static_cache
+        self.decode_step = CompiledStep(_decode_step, compile, compile_after_s)
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copies ``state_dict`` into the sampler's model in place and records ``version``."""
@@ -113,65 +115,60 @@ class TorchGenerator:
         )
         return out.logits[:, -1, :].float()
 
-    def _sample(
-        self, logits: torch.Tensor, params: SamplingParams, finished: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next token of every row (pad once finished) and its logprob under ``softmax(logits / T)``."""
-        scaled = logits if params.greedy or params.temperature == 1.0 else logits / params.temperature
-        lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
-        if params.greedy:
-            tok = scaled.argmax(-1)
-        else:
-            filtered = params.top_k > 0 or params.top_p < 1.0
-            probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1) if filtered else (scaled - lse).exp()
-            tok = self._draw(probs)
-        tok = tok.masked_fill(finished, self.pad_token_id)
-        return tok, (scaled.gather(-1, tok[:, None]) - lse).squeeze(-1)
+    def _decode(self, first_logits: torch.Tensor, advance, params: SamplingParams):
+        """The sampling loop shared by both forwards.
 
-    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
-        """One token per row from ``probs`` ``[B, V]`` by inverse CDF: B uniforms instead of the B x V
-        exponentials ``torch.multinomial`` draws (measured ~10x faster per step on CPU)."""
-        cdf = probs.cumsum(-1)
-        u = torch.rand((probs.shape[0], 1), generator=self.rng, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
-        tok = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
-        # Only a rounding of u up to the total can land on a zero-probability tail token; take the mode then.
-        return torch.where(probs.gather(-1, tok[:, None]).squeeze(-1) > 0, tok, probs.argmax(-1))
-
-    def _decode(self, first_logits, step, positions, params):
-        """The sampling loop shared by both forwards: ``step(tok, positions, t)`` returns the next logits."""
+        ``advance(tok, t, uniforms)`` feeds the tokens sampled at step ``t - 1`` and returns step ``t``'s
+        ``(tokens, logprobs)``. Rows that stopped keep decoding (rows are independent) until every row has
+        stopped, which is checked on the host every ``EOS_CHECK_EVERY`` steps; lengths are cut afterwards.
+        """
         batch, steps = first_logits.shape[0], params.max_new_tokens
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=self.device)
-        tokens = torch.full((batch, steps), self.pad_token_id, dtype=torch.long, device=self.device)
-        logprobs = torch.zeros((batch, steps), device=self.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        logits, n_steps = first_logits, steps
-        for t in range(steps):
-            tok, logp = self._sample(logits, params, finished)
-            tokens[:, t], logprobs[:, t] = tok, logp
-            hit_stop = torch.isin(tok, stop_ids) & ~finished
-            stopped |= hit_stop
-            finished |= hit_stop
-            # One host sync per token (~µs on CPU) buys the early exit once every row has stopped.
-            if t + 1 == steps or bool(finished.all()):
-                n_steps = t + 1
+        uniforms = None if params.greedy else draw_uniforms(steps, batch, self.rng, self.device)
+        tokens = torch.empty((steps, batch), dtype=torch.long, device=self.device)
+        logprobs = torch.empty((steps, batch), device=self.device)
+        u = None if uniforms is None else uniforms[0]
+        tok, logp = sample_tokens(first_logits, u, params.temperature, params.top_k, params.top_p)
+        tokens[0], logprobs[0] = tok, logp
+        finished = torch.isin(tok, stop_ids)
+        check_every, n_steps = EOS_CHECK_EVERY.get(self.device.type, EOS_CHECK_EVERY_DEFAULT), steps
+        for t in range(1, steps):
+            if t % check_every == 0 and bool(finished.all()):
+                n_steps = t
                 break
-            logits = step(tok, positions + t, t)
-        # A row's length: its tokens up to and including its stop token (all sampled ones if none).
-        first_stop = torch.where(
-            stopped,
-            (torch.isin(tokens, stop_ids).long().argmax(-1) + 1),
-            torch.full_like(stopped, n_steps, dtype=torch.long),
-        )
-        return tokens, logprobs, first_stop, stopped
+            tok, logp = advance(tok, t, None if uniforms is None else uniforms[t])
+            tokens[t], logprobs[t] = tok, logp
+            finished |= torch.isin(tok, stop_ids)
+        tokens, logprobs = tokens[:n_steps].T, logprobs[:n_steps].T
+        # A row's length: its tokens up to and including its first stop token (all sampled ones if none).
+        hit = torch.isin(tokens, stop_ids)
+        stopped = hit.any(-1)
+        lengths = torch.where(stopped, hit.int().argmax(-1) + 1, n_steps)
+        return tokens, logprobs, lengths, stopped
 
     def _decode_static(self, input_ids, attention_mask, rows, params):
         decoder = KVDecoder(self.model)
         try:
             logits = decoder.prefill(input_ids, attention_mask, rows, params.max_new_tokens)
-            next_pos = attention_mask.sum(-1).index_select(0, rows)
-            width = input_ids.shape[1]
-            return self._decode(logits, lambda tok, pos, t: decoder.step(tok, pos, width + t), next_pos, params)
+            width, steps = input_ids.shape[1], params.max_new_tokens
+            positions = (
+                attention_mask.sum(-1).index_select(0, rows)[None] + torch.arange(steps, device=self.device)[:, None]
+            )  # [steps, B]: RoPE position of the token fed at each step
+            columns = torch.arange(width, width + steps, device=self.device)
+            # Attend over the filled part of the cache only; compiled on CUDA, over all of it (static shapes,
+            # as CUDA graphs need).
+            compiled = self.decode_step.active
+            static = compiled and self.device.type == "cuda"
+            sampling = (params.temperature, params.top_k, params.top_p)
+
+            def advance(tok, t, u):
+                span = decoder.span_columns(decoder.keys[0].shape[2] if static else width + t)
+                if compiled and not static:
+                    torch._dynamo.maybe_mark_dynamic(span, 0)  # one compiled graph for every length
+                return self.decode_step(decoder, tok, positions[t - 1], columns[t - 1], span, u, *sampling)
+
+            with self.decode_step.timed():
+                return self._decode(logits, advance, params)
         finally:
             decoder.release()
 
@@ -186,11 +183,13 @@ class TorchGenerator:
         width = input_ids.shape[1]
         full_mask = torch.ones((rows.numel(), width + params.max_new_tokens), dtype=torch.long, device=self.device)
         full_mask[:, :width] = attention_mask.index_select(0, rows)
+        next_pos = attention_mask.sum(-1).index_select(0, rows)
 
-        def step(tok, pos, t):
-            return self._forward(tok[:, None], full_mask[:, : width + t + 1], pos[:, None], cache)
+        def advance(tok, t, u):
+            step_logits = self._forward(tok[:, None], full_mask[:, : width + t], (next_pos + t - 1)[:, None], cache)
+            return sample_tokens(step_logits, u, params.temperature, params.top_k, params.top_p)
 
-        return self._decode(logits.index_select(0, rows), step, attention_mask.sum(-1).index_select(0, rows), params)
+        return self._decode(logits.index_select(0, rows), advance, params)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -240,3 +239,9 @@ class TorchGenerator:
                 out.append([])
             out[-1].append(completion)
         return out
+
+
+def _decode_step(decoder: KVDecoder, tokens, positions, column, span, uniforms, temperature, top_k, top_p):
+    """One KVDecoder step and the sampling of its logits: the unit ``torch.compile`` turns into one graph."""
+    logits = decoder.step(tokens, positions, column, span)
+    return sample_tokens(logits, uniforms, temperature, top_k, top_p)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rlforge.generation.factory import PolicySampler, build_generator, check_generator_name
 from rlforge.models.adapter_sync import adapter_payload, check_sync_mode
 from rlforge.models.peft import generator_weights
-from rlforge.services import LocalReference, MergingGenerator, RunContext, Services
+from rlforge.services import LocalReference, MergingGenerator, RunContext, Services, Staleness
 from rlforge.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -24,11 +24,17 @@ class LocalStrategy(Strategy):
         device: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         generator: Rollout sampler backend: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs
             the ``vllm`` extra; validation also uses it while its weights are current).
-        generator_options: Keyword arguments of the generator class (e.g. for vLLM
-            ``gpu_memory_utilization``, ``sleep_between_rollouts``, ``dtype``).
+        generator_options: Keyword arguments of the generator class (for vLLM e.g. ``gpu_memory_utilization``,
+            ``sleep_between_rollouts``, ``dtype``; for torch ``compile``, ``compile_after_s``, ``static_cache``).
         peft_sync: With a PEFT (LoRA) policy: ``merged`` sends the merged weights to the generator (any
             generator; vLLM reloads them), ``adapter`` sends only the LoRA tensors and the generator side
             merges them into its copy of the base weights (``torch`` generator only).
+        max_staleness: 0: each step samples with the newest synced weights. k >= 1: the next step's rollout is
+            sampled before the current update (as ``MonarchStrategy`` does, without the overlap: one process),
+            episodes more than k versions old are dropped; gives the same curve as ``MonarchStrategy`` with the
+            same ``max_staleness``.
+        tis_cap: Upper bound of the truncated importance weight of stale rollouts.
+        correction: ``tis`` or ``ppo`` (see ``MonarchStrategy``).
     """
 
     def __init__(
@@ -37,15 +43,20 @@ class LocalStrategy(Strategy):
         generator: str = "torch",
         generator_options: dict[str, Any] | None = None,
         peft_sync: str = "merged",
+        max_staleness: int = 0,
+        tis_cap: float = 2.0,
+        correction: str = "tis",
     ) -> None:
         super().__init__(device)
         check_generator_name(generator)
         check_sync_mode(peft_sync, generator)
+        self.staleness = Staleness(max_staleness, correction, tis_cap)
         self.generator, self.generator_options, self.peft_sync = generator, dict(generator_options or {}), peft_sync
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
         policy = module.policy.to(self.root_device)
-        services = Services(sampler=PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1))
+        sampler = PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1)
+        services = Services(sampler=sampler, staleness=self.staleness)
         if ctx.stage != "fit" or module.supervised:
             return services
         generator = build_generator(

@@ -1,4 +1,4 @@
-"""``RLTrainer``: owns the rollout -> update loop. Read ``_train_step`` top to bottom.
+"""``RLTrainer``: owns the rollout -> update loop. Read ``run_step`` top to bottom.
 
 One RL step, in the order a paper lists it::
 
@@ -263,12 +263,16 @@ class RLTrainer:
             self._run_validation()
             self.metrics.flush(self.global_step)
         while self.global_step < self.max_steps and not self.should_stop:
-            self._train_step()
+            self.run_step()
         call_hook(self, "on_train_end")
         call_hook(self, "on_fit_end")
 
-    def _train_step(self) -> None:
-        """One RL step, in paper order: rollout -> update -> weight sync -> validation -> metrics -> hooks."""
+    def run_step(self) -> None:
+        """One RL step, in paper order: rollout -> update -> weight sync -> validation -> metrics -> hooks.
+
+        ``fit`` calls it ``max_steps`` times; a driver that interleaves rlforge with other work (a benchmark, a
+        notebook) may call it on a ``prepare``d trainer.
+        """
         start = time.perf_counter()
         self.metrics.open()
         call_hook(self, "on_rollout_start")

@@ -34,8 +34,10 @@ def test_unknown_generator_and_torch_options_are_config_errors(tiny_policy):
     assert GENERATORS == ("torch", "vllm")
     with pytest.raises(ConfigError, match="trainer.strategy.generator must be one of"):
         LocalStrategy(generator="sglang")
-    with pytest.raises(ConfigError, match="TorchGenerator takes none"):
+    with pytest.raises(ConfigError, match=r"TorchGenerator takes none of \['gpu_memory_utilization'\]"):
         build_generator("torch", model, tokenizer, options={"gpu_memory_utilization": 0.5})
+    generator = build_generator("torch", model, tokenizer, options={"compile": False, "static_cache": False})
+    assert generator.use_kv_decoder is False
 
 
 @needs_no_vllm

@@ -49,6 +49,11 @@ def test_local_and_monarch_sync_give_the_same_learning_curve(tmp_path):
 
 def test_async_rollouts_are_one_version_stale_and_importance_corrected(tmp_path):
     trainer = _fit(tmp_path, MonarchStrategy(max_staleness=1), max_steps=4)
+    # One RolloutEngine for every strategy: LocalStrategy with the same max_staleness samples the same stale rollouts
+    # (without the overlap) and gives the same curve.
+    _fit(tmp_path / "local", LocalStrategy(max_staleness=1), max_steps=4)
+    assert losses(tmp_path) == pytest.approx(losses(tmp_path / "local"), abs=1e-5)
+    assert column(tmp_path / "local", "rollout/staleness") == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}
     staleness = column(tmp_path, "rollout/staleness")
     assert staleness == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}  # step k+1 was sampled while step k trained
     ratio_max = column(tmp_path, "train/is_ratio_max")

@@ -1,0 +1,92 @@
+"""The compiled decode step samples what the eager one does; compile failures fall back; the "auto" rule."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from rlforge.errors import ConfigError
+from rlforge.generation import SamplingParams, TorchGenerator
+from rlforge.generation.compiled_step import CompiledStep
+
+PROMPTS = ["Q: What is 3 + 5?\nA:", "Hi", "The quick brown fox jumps over the lazy dog."]
+
+
+def _encode(tokenizer):
+    return [tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+
+
+def _flat(groups):
+    return [c for g in groups for c in g]
+
+
+@pytest.mark.slow
+def test_compiled_decode_matches_eager(tiny_policy):
+    """torch.compile (inductor) of forward + sampling: same tokens, stop reasons and logprobs (1e-5)."""
+    model, tokenizer = tiny_policy
+    prompts = _encode(tokenizer)
+    compiled = TorchGenerator(model, tokenizer, seed=5, compile=True)
+    eager = TorchGenerator(model, tokenizer, seed=5, compile=False)
+    settings = (
+        SamplingParams(max_new_tokens=24, n=4),
+        SamplingParams(max_new_tokens=24, n=4, temperature=0.7, top_k=20, top_p=0.9),
+        SamplingParams(max_new_tokens=24, n=4, temperature=0.0),
+    )
+    for params in settings:
+        ours, ref = _flat(compiled.generate(prompts, params)), _flat(eager.generate(prompts, params))
+        assert not compiled.decode_step.failed and compiled.decode_step.active
+        assert sum(len(c.token_ids) for c in ours) > 3 * len(ours)  # responses long enough to compare
+        for c, r in zip(ours, ref, strict=True):
+            assert c.token_ids == r.token_ids and c.stop_reason == r.stop_reason
+            assert max(abs(a - b) for a, b in zip(c.logprobs, r.logprobs, strict=True)) < 1e-5
+    assert compiled.state_dict()["rng"].equal(eager.state_dict()["rng"])
+
+
+def test_failed_compile_falls_back_to_eager(tiny_policy, monkeypatch, caplog):
+    model, tokenizer = tiny_policy
+    params = SamplingParams(max_new_tokens=8, n=2)
+    expected = _flat(TorchGenerator(model, tokenizer, seed=1, compile=False).generate(_encode(tokenizer), params))
+
+    def broken_compile(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    gen = TorchGenerator(model, tokenizer, seed=1, compile=True)
+    with caplog.at_level(logging.WARNING):
+        got = _flat(gen.generate(_encode(tokenizer), params))
+    assert gen.decode_step.failed and not gen.decode_step.active
+    assert "decoding eagerly" in caplog.text
+    assert [c.token_ids for c in got] == [c.token_ids for c in expected]
+
+
+def test_auto_compiles_only_after_the_eager_budget(tiny_policy):
+    model, tokenizer = tiny_policy
+    params = SamplingParams(max_new_tokens=4)
+    never = TorchGenerator(model, tokenizer, compile="auto", compile_after_s=1e9)
+    never.generate(_encode(tokenizer), params)
+    assert 0 < never.decode_step.eager_s < 1e9 and not never.decode_step.active
+    soon = TorchGenerator(model, tokenizer, compile="auto", compile_after_s=1e-9)
+    assert not soon.decode_step.active  # nothing decoded yet: the first generate is eager
+    soon.decode_step.record_eager(1e-6)
+    assert soon.decode_step.active
+    assert not TorchGenerator(model, tokenizer, compile=False, compile_after_s=0.0).decode_step.active
+    with pytest.raises(ConfigError, match="compile"):
+        CompiledStep(lambda: None, compile="yes")
+
+
+def test_stop_checks_every_k_steps_give_the_same_completions(tiny_policy, monkeypatch):
+    """Accelerators check "all rows stopped" every 8 steps (no per-token sync); the completions are the same."""
+    from rlforge.generation import torch_generator
+
+    model, tokenizer = tiny_policy
+    # ~6% of the vocabulary stops a response, so rows stop at scattered steps and some run to the limit.
+    params = SamplingParams(max_new_tokens=30, n=4, stop_token_ids=list(range(100, 120)))
+    every_step = _flat(TorchGenerator(model, tokenizer, seed=2).generate(_encode(tokenizer), params))
+    monkeypatch.setattr(torch_generator, "EOS_CHECK_EVERY", {"cpu": 8})
+    every_8 = _flat(TorchGenerator(model, tokenizer, seed=2).generate(_encode(tokenizer), params))
+    assert {c.stop_reason for c in every_step} == {"stop", "length"}
+    assert len({len(c.token_ids) for c in every_step}) > 3
+    for a, b in zip(every_8, every_step, strict=True):
+        assert (a.token_ids, a.logprobs, a.stop_reason) == (b.token_ids, b.logprobs, b.stop_reason)
