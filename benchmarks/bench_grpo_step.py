@@ -44,15 +44,27 @@ PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-4
 
 
 def build_rlforge(
-    policy: str, seed: int, *, prompts: int = PROMPTS, group: int = GROUP, new_tokens: int = NEW_TOKENS
+    policy: str,
+    seed: int,
+    *,
+    prompts: int = PROMPTS,
+    group: int = GROUP,
+    new_tokens: int = NEW_TOKENS,
+    task: str = "addition",
+    lr: float = LR,
+    loss: GRPOLoss | None = None,
+    root: str = "rlforge_runs",
 ) -> RLTrainer:
-    """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation)."""
+    """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation).
+
+    ``loss`` defaults to ``GRPOLoss(beta=0, clip 0.2)``; ``bench_learning.py`` passes its own task, lr and loss.
+    """
     module = GRPOModule(
         model=policy,
-        loss=GRPOLoss(beta=0.0, clip_low=0.2, clip_high=0.2),
+        loss=loss if loss is not None else GRPOLoss(beta=0.0, clip_low=0.2, clip_high=0.2),
         group_size=group,
         sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0),
-        lr=LR,
+        lr=lr,
         reward_fns=[MathReward()],
     )
     trainer = RLTrainer(
@@ -64,8 +76,9 @@ def build_rlforge(
         val_at_start=False,
         grad_clip=1.0,
         seed=seed,
+        default_root_dir=root,
     )
-    trainer.prepare(module, RLDataModule(task="addition", batch_size=prompts, seed=seed))
+    trainer.prepare(module, RLDataModule(task=task, batch_size=prompts, seed=seed))
     return trainer
 
 

@@ -32,12 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_grpo_step, run as a script or imported
 
-from bench_grpo_step import build_trl  # noqa: E402
+from bench_grpo_step import build_rlforge, build_trl  # noqa: E402
 
-from rlforge import GRPOModule, RLTrainer  # noqa: E402
-from rlforge.data import RLDataModule  # noqa: E402
+from rlforge import RLTrainer  # noqa: E402
 from rlforge.data.tasks import make_task  # noqa: E402
-from rlforge.generation import SamplingParams  # noqa: E402
 from rlforge.losses import GRPOLoss  # noqa: E402
 from rlforge.models import DEFAULT_POLICY  # noqa: E402
 from rlforge.rewards import MathReward  # noqa: E402
@@ -125,28 +123,12 @@ def warm_start(task: str, cache_dir: Path, steps: int, seed: int) -> str:
 
 
 def build_ours(race: Race) -> RLTrainer:
-    """``RLTrainer`` + ``GRPOModule`` prepared for stepping by hand, as in ``bench_grpo_step.build_rlforge``."""
-    module = GRPOModule(
-        model=race.policy,
-        loss=GRPOLoss(beta=race.beta, clip_low=race.clip, clip_high=race.clip, aggregation=AGGREGATIONS[race.loss]),
-        group_size=race.group,
-        sampling=SamplingParams(max_new_tokens=race.new_tokens, temperature=1.0),
-        lr=race.lr,
-        reward_fns=[MathReward()],
-    )
-    trainer = RLTrainer(
-        max_steps=10**9,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        val_check_interval=None,
-        val_at_start=False,
-        grad_clip=1.0,
-        seed=race.seed,
-        default_root_dir=RUNS_DIR.name,
-    )
-    trainer.prepare(module, RLDataModule(task=race.task, batch_size=race.prompts, seed=race.seed))
-    return trainer
+    """``bench_grpo_step.build_rlforge`` with this race's task and hyper-parameters."""
+    loss = GRPOLoss(beta=race.beta, clip_low=race.clip, clip_high=race.clip, aggregation=AGGREGATIONS[race.loss])
+    return build_rlforge(
+        race.policy, race.seed, prompts=race.prompts, group=race.group, new_tokens=race.new_tokens, task=race.task,
+        lr=race.lr, loss=loss, root=RUNS_DIR.name,
+    )  # fmt: skip
 
 
 def build_theirs(race: Race, output_dir: str, on_step_end):

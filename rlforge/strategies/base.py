@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlforge.errors import ConfigError
+from rlforge.services.bundle import Staleness
 
 if TYPE_CHECKING:
     import rlforge
@@ -40,6 +41,9 @@ class Strategy(ABC):
         device: Device of the trainable policy: ``auto``, ``cpu`` or ``cuda[:N]``.
     """
 
+    staleness: Staleness = Staleness()
+    """Async-rollout settings the strategy hands the ``RolloutEngine`` (strategies that take ``max_staleness``)."""
+
     def __init__(self, device: str = "auto") -> None:
         check_device(device)
         self.device = device
@@ -56,6 +60,16 @@ class Strategy(ABC):
         For ``fit`` of an RL module: a generator holding a copy of the current weights (version 0), the reference
         model when ``module.beta > 0`` or ``module.needs_reference``, reward workers where configured.
         """
+
+    def place(self, ctx: RunContext, module: rlforge.RLModule) -> tuple[Services, bool]:
+        """The start of every ``build``: moves the policy to ``root_device`` and returns the services every stage
+        has (a sampler of the current weights, for validation) and whether ``ctx.stage`` needs rollout services."""
+        from rlforge.generation.factory import PolicySampler
+        from rlforge.services import Services
+
+        policy = module.policy.to(self.root_device)
+        sampler = PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1)
+        return Services(sampler=sampler, staleness=self.staleness), ctx.stage == "fit" and not module.supervised
 
     def teardown(self) -> None:
         """Stops workers and releases memory (idempotent)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlforge.generation.factory import PolicySampler, build_generator, check_generator_name
+from rlforge.generation.factory import build_generator, check_generator_name
 from rlforge.models.adapter_sync import adapter_payload, check_sync_mode
 from rlforge.models.peft import generator_weights
 from rlforge.services import LocalReference, MergingGenerator, RunContext, Services, Staleness
@@ -54,11 +54,10 @@ class LocalStrategy(Strategy):
         self.generator, self.generator_options, self.peft_sync = generator, dict(generator_options or {}), peft_sync
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
-        policy = module.policy.to(self.root_device)
-        sampler = PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1)
-        services = Services(sampler=sampler, staleness=self.staleness)
-        if ctx.stage != "fit" or module.supervised:
+        services, rollouts = self.place(ctx, module)
+        if not rollouts:
             return services
+        policy = module.policy
         generator = build_generator(
             self.generator, policy, module.tokenizer, ctx.seed, policy_version=0, options=self.generator_options
         )

@@ -20,7 +20,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from rlforge.errors import ConfigError
-from rlforge.generation.factory import PolicySampler, check_generator_name
+from rlforge.generation.factory import check_generator_name
 from rlforge.models.peft import generator_weights, is_peft_model
 from rlforge.services import LocalReference, RunContext, Services, Staleness
 from rlforge.strategies.base import Strategy
@@ -116,11 +116,10 @@ class MonarchStrategy(Strategy):
         return self.generator.backend
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
-        policy = module.policy.to(self.root_device)
-        sampler = PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1)
-        services = Services(sampler=sampler, staleness=self.staleness)
-        if ctx.stage != "fit" or module.supervised:
+        services, rollouts = self.place(ctx, module)
+        if not rollouts:
             return services
+        policy = module.policy
         mesh.prepare_environment()
         from rlforge.strategies.monarch.actors.generator import GeneratorActor
         from rlforge.strategies.monarch.actors.spec import PolicySpec
