@@ -39,6 +39,9 @@ def _interrupt(policy: str, root: Path, save_seconds: float, signals: int) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell that started this test in the background ignores SIGINT, and children inherit that: Python
+        # would then never raise KeyboardInterrupt. The run under test must see Ctrl-C as a user's terminal sends it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
     def wait_for(name: str) -> None:
