@@ -21,8 +21,9 @@ from rlforge.callbacks import (  # noqa: E402
 from rlforge.data import RLDataModule  # noqa: E402
 from rlforge.data.sft import SFTDataModule  # noqa: E402
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
+from rlforge.grpo import GRPOModule  # noqa: E402
 from rlforge.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger  # noqa: E402
-from rlforge.module import GRPOModule, PolicyModule, RLModule  # noqa: E402
+from rlforge.module import PolicyModule, RLModule  # noqa: E402
 from rlforge.sft import SFTModule  # noqa: E402
 from rlforge.strategies import LocalStrategy, Strategy  # noqa: E402
 from rlforge.trainer import RLTrainer  # noqa: E402

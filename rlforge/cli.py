@@ -34,7 +34,8 @@ from rlforge.data import RLDataModule
 from rlforge.data.sft import SFTDataModule
 from rlforge.errors import ConfigError, RLForgeError
 from rlforge.generation import SamplingParams
-from rlforge.module import GRPOModule, RLModule
+from rlforge.grpo import GRPOModule
+from rlforge.module import RLModule
 from rlforge.sft import SFTModule
 from rlforge.strategies.monarch import MonarchStrategy  # noqa: F401 - lists it in --help; monarch loads on use
 from rlforge.trainer import RLTrainer

@@ -7,12 +7,15 @@
          -> reference logprobs -> rollout metrics
 
 It talks only to ``Services`` (``rlforge.services``), the datamodule and the module's algorithm hooks
-(``score``, ``compute_advantages``, ``configure_rollout``); multi-turn episodes extend it here.
+(``score``, ``compute_advantages``, ``configure_rollout``). With ``services.envs`` (``module.environment``) the
+generator step is the multi-turn episode loop of ``rlforge.envs.episodes``; everything after it is the same.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.data.collate import collate_episodes
+from rlforge.envs.encoding import ModuleTurnEncoder
+from rlforge.envs.episodes import group_seed, run_episodes
 from rlforge.errors import ConfigError
 from rlforge.metrics import Reduce, rollout_metrics
 from rlforge.models import compute_logprobs
 from rlforge.offpolicy import drop_stale, truncated_is
-from rlforge.services import Pending, RunContext, Services, submit
+from rlforge.services import Done, Pending, RunContext, Services, submit
 from rlforge.shaping import apply_overlong_penalty, dynamic_sample, mask_truncated
 from rlforge.types import Episode, Group, TrainBatch
 
@@ -72,6 +77,7 @@ class RolloutEngine:
                 f"trainer.strategy.max_staleness={self.staleness.max_staleness} with WeightSync.sync_interval="
                 f"{ctx.sync_interval} would drop every rollout: set max_staleness >= sync_interval - 1"
             )
+        self._episode_ids = itertools.count()
         self._inflight: deque[tuple[Rows, Pending]] = deque()
         self._collecting: Rows | None = None
         self._resume_rows: deque[Rows] = deque()
@@ -116,29 +122,38 @@ class RolloutEngine:
     def _sample(self, step: int) -> list[Group]:
         """The next groups: the prefetched request if any; async: prefetch the next, drop the too-stale."""
         if not self._inflight:
-            self._inflight.append(self._submit(self._next_rows()))
+            self._inflight.append(self._submit(self._next_rows(), step))
         rows, pending = self._inflight.popleft()
         self._collecting = rows
-        groups = _groups(rows, pending.result())
+        groups = pending.result()
         self._collecting = None
         if not self.staleness.asynchronous:
             return groups
         if step + 1 < self.ctx.max_steps:  # step k+1 samples now, while step k trains, with version k-1 weights
-            self._inflight.append(self._submit(self._next_rows()))
+            self._inflight.append(self._submit(self._next_rows(), step + 1))
         max_staleness = self.staleness.max_staleness
         kept, dropped = drop_stale(groups, step, max_staleness)
         self.ctx.log("rollout/dropped_stale", dropped, Reduce.SUM)
         while not kept:  # all too old (sync_interval > 1): sample afresh with the newest weights
-            rows, pending = self._submit(self._next_rows())
-            kept, _ = drop_stale(_groups(rows, pending.result()), step, max_staleness)
+            _, pending = self._submit(self._next_rows(), step)
+            kept, _ = drop_stale(pending.result(), step, max_staleness)
         return kept
 
     def _next_rows(self) -> Rows:
         return self._resume_rows.popleft() if self._resume_rows else self.datamodule.next_batch()
 
-    def _submit(self, rows: Rows) -> tuple[Rows, Pending]:
-        prompt_ids = [self.module.encode_prompt(row["prompt"]) for row in rows]
-        return rows, submit(self.services.generator, prompt_ids, self.module.sampling)
+    def _submit(self, rows: Rows, step: int) -> tuple[Rows, Pending]:
+        """Starts sampling the groups of ``rows`` for RL step ``step + 1``; ``result()`` gives the groups."""
+        module, generator = self.module, self.services.generator
+        if self.services.envs is not None:  # multi-turn: every turn waits on the environments, so run it now
+            seeds = [group_seed(self.ctx.seed, step, zlib.crc32(str(row.get("prompt", "")).encode())) for row in rows]
+            groups = run_episodes(
+                rows, module.group_size, generator, self.services.envs, ModuleTurnEncoder(module), module.sampling,
+                seeds, ids=self._episode_ids, reward_mode=module.environment.reward_mode, log=self.ctx.log,
+            )  # fmt: skip
+            return rows, Done(groups)
+        prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]
+        return rows, _Grouped(rows, submit(generator, prompt_ids, module.sampling))
 
     @torch.no_grad()
     def _correct(self, batch: TrainBatch) -> TrainBatch:
@@ -176,8 +191,14 @@ class RolloutEngine:
         self._resume_rows = deque(state.get("pending_rows", []))
 
 
-def _groups(rows: Rows, completions: list[list[Any]]) -> list[Group]:
-    return [
-        [Episode(prompt=row["prompt"], target=str(row["target"]), completion=c) for c in group]
-        for row, group in zip(rows, completions, strict=True)
-    ]
+class _Grouped:
+    """A submitted ``generate`` whose ``result()`` is its completions as groups of episodes."""
+
+    def __init__(self, rows: Rows, pending: Pending) -> None:
+        self.rows, self.pending = rows, pending
+
+    def result(self) -> list[Group]:
+        return [
+            [Episode(prompt=row["prompt"], target=str(row["target"]), completion=c) for c in group]
+            for row, group in zip(self.rows, self.pending.result(), strict=True)
+        ]

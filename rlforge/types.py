@@ -21,6 +21,8 @@ class Completion:
         stop_reason: ``"stop"`` (a stop token was sampled) or ``"length"`` (``max_new_tokens`` hit).
         policy_version: Version of the weights the sampler used.
         metadata: Free-form extras (e.g. sampler name).
+        loss_mask: 1 for tokens the model sampled, 0 for tokens an environment inserted between turns
+            (multi-turn episodes); ``None``: every token was sampled.
     """
 
     text: str
@@ -30,6 +32,7 @@ class Completion:
     stop_reason: str = "stop"
     policy_version: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    loss_mask: list[int] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -38,7 +41,11 @@ class Completion:
 
 @dataclass
 class Episode:
-    """A completion with everything the update needs: reward, advantage and reference logprobs."""
+    """A completion with everything the update needs: reward, advantage and reference logprobs.
+
+    Multi-turn episodes (``rlforge.envs``) also count their model ``turns`` and ``tool_calls`` and say whether
+    the environment judged them a ``success`` (``None`` for single-turn episodes).
+    """
 
     prompt: str
     target: str
@@ -47,6 +54,9 @@ class Episode:
     advantage: float = 0.0
     ref_logprobs: list[float] | None = None
     reward_breakdown: dict[str, float] = field(default_factory=dict)
+    turns: int = 1
+    tool_calls: int = 0
+    success: bool | None = None
 
 
 Group = list[Episode]

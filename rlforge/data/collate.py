@@ -40,7 +40,8 @@ def collate_episodes(episodes: Sequence[Episode], pad_token_id: int, device: tor
         attention_mask[i, prompt_len - len(prompt) : prompt_len + n] = 1
         if n:
             input_ids[i, prompt_len : prompt_len + n] = torch.tensor(resp, dtype=torch.long)
-            response_mask[i, :n] = 1.0
+            mask = ep.completion.loss_mask
+            response_mask[i, :n] = 1.0 if mask is None else torch.tensor(mask, dtype=torch.float32)
             old_logprobs[i, :n] = torch.tensor(ep.completion.logprobs, dtype=torch.float32)
             if ref_logprobs is not None:
                 ref_logprobs[i, :n] = torch.tensor(ep.ref_logprobs, dtype=torch.float32)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from rlforge.envs.episodes import EnvRunner
 from rlforge.errors import ConfigError
 from rlforge.models.adapter_sync import payload_bytes
 from rlforge.services.protocols import Generator, Reference, Scorer
@@ -63,6 +64,8 @@ class Services:
         staleness: Async-rollout settings (``RolloutEngine``).
         validate_on_generator: Validation samples with ``generator`` while it holds the current weights
             (vLLM: the engine is much faster than the in-process sampler).
+        envs: The environments of multi-turn episodes (``rlforge.envs.EnvRunner``); ``None`` without
+            ``module.environment``.
     """
 
     sampler: Generator
@@ -73,6 +76,7 @@ class Services:
     full_weights: Callable[[], Weights] | None = None
     staleness: Staleness = Staleness()
     validate_on_generator: bool = False
+    envs: EnvRunner | None = None
 
     def current_sampler(self, policy_version: int) -> Generator:
         """The sampler of validation: the generator when it may and is in sync, else ``sampler``."""

@@ -63,13 +63,18 @@ class Strategy(ABC):
 
     def place(self, ctx: RunContext, module: rlforge.RLModule) -> tuple[Services, bool]:
         """The start of every ``build``: moves the policy to ``root_device`` and returns the services every stage
-        has (a sampler of the current weights, for validation) and whether ``ctx.stage`` needs rollout services."""
+        has (a sampler of the current weights, for validation; the module's environments, in threads) and whether
+        ``ctx.stage`` needs rollout services."""
+        from rlforge.envs import LocalEnvRunner
         from rlforge.generation.factory import PolicySampler
         from rlforge.services import Services
 
         policy = module.policy.to(self.root_device)
         sampler = PolicySampler(policy, module.tokenizer, seed=ctx.seed + 1)
-        return Services(sampler=sampler, staleness=self.staleness), ctx.stage == "fit" and not module.supervised
+        services = Services(sampler=sampler, staleness=self.staleness)
+        if module.environment is not None:  # validation runs episodes too; Monarch may replace it with env actors
+            services.envs = LocalEnvRunner(module.environment)
+        return services, ctx.stage == "fit" and not module.supervised
 
     def teardown(self) -> None:
         """Stops workers and releases memory (idempotent)."""

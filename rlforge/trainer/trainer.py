@@ -300,7 +300,7 @@ class RLTrainer:
         rows = self.datamodule.val_dataset()
         if rows:
             sampler = self.services.current_sampler(self.policy_version)
-            for name, value in validate_rows(self.module, sampler, rows).items():
+            for name, value in validate_rows(self.module, sampler, rows, self.services.envs).items():
                 self.log(name, value)
             if self.module.supervised:
                 self.log("val/loss", self.module.validation_loss(rows))

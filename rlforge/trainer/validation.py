@@ -9,6 +9,7 @@ from rlforge.generation import SamplingParams
 from rlforge.metrics import DEFAULT_PASS_SAMPLES, validation_metrics
 
 if TYPE_CHECKING:
+    from rlforge.envs import EnvRunner
     from rlforge.module import RLModule
     from rlforge.services import Generator
 
@@ -25,8 +26,16 @@ def pass_at_k_sampling(module: RLModule) -> SamplingParams | None:
     return dataclasses.replace(rollout, n=DEFAULT_PASS_SAMPLES, max_new_tokens=val.max_new_tokens)
 
 
-def validate_rows(module: RLModule, sampler: Generator, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """``val/*`` correctness metrics of ``module`` on ``rows``, sampled by ``sampler`` (empty without targets)."""
+def validate_rows(
+    module: RLModule, sampler: Generator, rows: list[dict[str, Any]], envs: EnvRunner | None = None
+) -> dict[str, float]:
+    """``val/*`` correctness metrics of ``module`` on ``rows``, sampled by ``sampler`` (empty without targets).
+
+    With ``envs`` (``module.environment``) each row is a greedy episode and correct means the environment's
+    ``success`` (else reward > 0); the pass@k pass samples episodes likewise.
+    """
+    if envs is not None:
+        return _validate_episodes(module, sampler, rows, envs)
     was_training = module.policy.training
     module.policy.eval()
     try:
@@ -46,3 +55,25 @@ def validate_rows(module: RLModule, sampler: Generator, rows: list[dict[str, Any
         ]
 
     return validation_metrics(score(completions), None if sampled is None else score(sampled))
+
+
+def _validate_episodes(module: RLModule, sampler: Generator, rows: list[dict[str, Any]], envs: EnvRunner) -> dict:
+    from rlforge.envs.encoding import ModuleTurnEncoder
+    from rlforge.envs.episodes import group_seed, run_episodes
+
+    encoder, seeds = ModuleTurnEncoder(module), [group_seed(0, -1, i) for i in range(len(rows))]
+    mode = module.environment.reward_mode
+
+    def successes(params: SamplingParams) -> list[list[bool]]:
+        groups = run_episodes(rows, params.n, sampler, envs, encoder, params, seeds, reward_mode=mode)
+        return [[bool(ep.success) for ep in group] for group in groups]
+
+    was_training = module.policy.training
+    module.policy.eval()
+    try:
+        correct = successes(module.val_sampling)
+        params = pass_at_k_sampling(module)
+        sampled = None if params is None else successes(params)
+    finally:
+        module.policy.train(was_training)
+    return validation_metrics(correct, sampled)

@@ -162,7 +162,7 @@ def test_invalid_data_config_is_a_config_error():
 def test_chat_template_encoding(tiny_policy_dir):
     from transformers import AutoTokenizer
 
-    from rlforge.module import GRPOModule
+    from rlforge.grpo import GRPOModule
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
     plain = GRPOModule(model=tiny_policy_dir)
