@@ -24,7 +24,7 @@ import torch
 
 from rlforge.data.collate import collate_episodes
 from rlforge.envs.encoding import ModuleTurnEncoder
-from rlforge.envs.episodes import group_seed, run_episodes
+from rlforge.envs.episodes import episode_metrics, group_seed, run_episodes
 from rlforge.errors import ConfigError
 from rlforge.metrics import Reduce, rollout_metrics
 from rlforge.models import compute_logprobs
@@ -105,6 +105,9 @@ class RolloutEngine:
                 ep.ref_logprobs = row[: len(ep.completion.token_ids)]
         for name, value in rollout_metrics(groups, step).items():
             log(name, value)
+        if self.services.envs is not None:
+            for name, (value, reduce) in episode_metrics(groups).items():
+                log(name, value, reduce)
         return groups, batch
 
     def _scored(self, step: int) -> list[Group]:
@@ -149,7 +152,7 @@ class RolloutEngine:
             seeds = [group_seed(self.ctx.seed, step, zlib.crc32(str(row.get("prompt", "")).encode())) for row in rows]
             groups = run_episodes(
                 rows, module.group_size, generator, self.services.envs, ModuleTurnEncoder(module), module.sampling,
-                seeds, ids=self._episode_ids, reward_mode=module.environment.reward_mode, log=self.ctx.log,
+                seeds, ids=self._episode_ids, reward_mode=module.environment.reward_mode,
             )  # fmt: skip
             return rows, Done(groups)
         prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]

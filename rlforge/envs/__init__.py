@@ -5,7 +5,7 @@ threads; ``run_episodes`` is the token-in/token-out episode loop the ``RolloutEn
 """
 
 from rlforge.envs.base import Environment, Observation, StepResult, check_environment
-from rlforge.envs.episodes import EnvRunner, group_seed, run_episodes
+from rlforge.envs.episodes import EnvRunner, episode_metrics, group_seed, run_episodes
 from rlforge.envs.runner import LocalEnvRunner
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Observation",
     "StepResult",
     "check_environment",
+    "episode_metrics",
     "group_seed",
     "run_episodes",
 ]

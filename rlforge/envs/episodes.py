@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,8 +19,6 @@ from rlforge.envs.base import Observation, StepResult
 from rlforge.generation.params import SamplingParams
 from rlforge.metrics import Reduce
 from rlforge.types import Completion, Episode, Group
-
-Log = Callable[..., None]
 
 
 class EnvRunner(Protocol):
@@ -60,6 +58,7 @@ class _Trajectory:
     mask: list[int] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    env_seconds: list[float] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
     stop_reason: str = "stop"
@@ -88,7 +87,6 @@ def run_episodes(
     seeds: Sequence[int],
     ids: Iterator[int] | None = None,
     reward_mode: str = "final",
-    log: Log | None = None,
 ) -> list[Group]:
     """Runs ``group_size`` episodes per row to the end; returns one group per row.
 
@@ -102,15 +100,16 @@ def run_episodes(
         seeds: One environment seed per row.
         ids: Source of unique episode ids (default: from 0).
         reward_mode: ``final`` (last step's reward) or ``sum``.
-        log: Metric sink ``log(name, value, reduce)`` for ``env/*`` and ``rollout/*`` turn metrics.
+
+    Each episode's ``completion.metadata`` records its ``env_error`` (if any) and ``env_s`` (seconds per
+    environment step); ``episode_metrics`` turns them into the step's metrics.
     """
     ids = ids if ids is not None else itertools.count()
     trajs = [_Trajectory(next(ids), row) for row in rows for _ in range(group_size)]
     row_seeds = [seed for seed in seeds for _ in range(group_size)]
-    errors, step_seconds = 0, []
     for traj, start in zip(trajs, envs.reset([t.id for t in trajs], [t.row for t in trajs], row_seeds), strict=True):
         if start.observation is None:  # failed reset: an empty episode with reward 0 keeps the group aligned
-            traj.error, traj.done, errors = str(start.info.get("error", "reset failed")), True, errors + 1
+            traj.error, traj.done = str(start.info.get("error", "reset failed")), True
             traj.prompt = str(traj.row.get("prompt", ""))
         else:
             traj.prompt = start.observation.text
@@ -124,21 +123,18 @@ def run_episodes(
             traj.turns, traj.stop_reason = traj.turns + 1, completion.stop_reason
         results = envs.step([t.id for t in live], [c[0].text for c in completions])
         for traj, result in zip(live, results, strict=True):
-            errors += _apply(traj, result, envs.max_turns, encoder)
-            if "seconds" in result.info:
-                step_seconds.append(float(result.info["seconds"]))
+            _apply(traj, result, envs.max_turns, encoder)
     envs.close([t.id for t in trajs])
-    groups = [
+    return [
         [_episode(t, encoder, reward_mode) for t in trajs[i : i + group_size]] for i in range(0, len(trajs), group_size)
     ]
-    if log is not None:
-        _log_metrics(groups, errors, step_seconds, log)
-    return groups
 
 
-def _apply(traj: _Trajectory, result: StepResult, max_turns: int, encoder: TurnEncoder) -> int:
-    """Adds one step's outcome to ``traj``; returns 1 when the environment failed."""
+def _apply(traj: _Trajectory, result: StepResult, max_turns: int, encoder: TurnEncoder) -> None:
+    """Adds one step's outcome to ``traj``."""
     traj.rewards.append(float(result.reward))
+    if "seconds" in result.info:
+        traj.env_seconds.append(float(result.info["seconds"]))
     traj.tool_calls += int(result.info.get("tool_calls", 0))
     if "success" in result.info:
         traj.success = bool(result.info["success"])
@@ -149,7 +145,6 @@ def _apply(traj: _Trajectory, result: StepResult, max_turns: int, encoder: TurnE
         traj.done = True
     else:
         traj.append(encoder.observation(result.observation), None)
-    return int(failed)
 
 
 def _episode(traj: _Trajectory, encoder: TurnEncoder, reward_mode: str) -> Episode:
@@ -184,11 +179,16 @@ def _episode(traj: _Trajectory, encoder: TurnEncoder, reward_mode: str) -> Episo
     )
 
 
-def _log_metrics(groups: list[Group], errors: int, step_seconds: list[float], log: Log) -> None:
+def episode_metrics(groups: Sequence[Group]) -> dict[str, tuple[float, Reduce]]:
+    """``env/*`` and turn metrics of the episodes a step trains on: ``{name: (value, reduce)}``."""
     episodes = [ep for group in groups for ep in group]
-    log("env/errors", float(errors), Reduce.SUM)
-    if step_seconds:
-        log("env/step_s", statistics.fmean(step_seconds))
-    log("rollout/turns_mean", statistics.fmean(ep.turns for ep in episodes))
-    log("rollout/tool_calls_mean", statistics.fmean(ep.tool_calls for ep in episodes))
-    log("rollout/episode_len", statistics.fmean(len(ep.completion.token_ids) for ep in episodes))
+    seconds = [s for ep in episodes for s in ep.completion.metadata.get("env_s", [])]
+    metrics = {
+        "env/errors": (float(sum("env_error" in ep.completion.metadata for ep in episodes)), Reduce.SUM),
+        "rollout/turns_mean": (statistics.fmean(ep.turns for ep in episodes), Reduce.MEAN),
+        "rollout/tool_calls_mean": (statistics.fmean(ep.tool_calls for ep in episodes), Reduce.MEAN),
+        "rollout/episode_len": (statistics.fmean(len(ep.completion.token_ids) for ep in episodes), Reduce.MEAN),
+    }
+    if seconds:
+        metrics["env/step_s"] = (statistics.fmean(seconds), Reduce.MEAN)
+    return metrics
