@@ -29,8 +29,6 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jsonargparse import lazy_instance
-
 from rlforge.data.tasks import ANSWER_MARKER, extract_answer
 from rlforge.envs.base import Environment, Observation, StepResult
 from rlforge.envs.tool_formats import HermesFormat, ToolCall, ToolCallFormat
@@ -39,7 +37,6 @@ from rlforge.envs.tools import calculator
 from rlforge.errors import ConfigError, DataError
 
 _FIELD = "module.environment"
-_DEFAULT_FORMAT = lazy_instance(HermesFormat)
 
 
 class ToolEnvironment(Environment):
@@ -48,8 +45,8 @@ class ToolEnvironment(Environment):
     Args:
         tools: The tools: typed functions with Google-style docstrings (or ``Tool`` objects); import paths in
             YAML (``rlforge.envs.tools.calculator``, ``rlforge.envs.tools.python``).
-        tool_format: How calls are written and results returned (``HermesFormat``: ``<tool_call>`` /
-            ``<tool_response>``).
+        tool_format: How calls are written and results returned; ``None``: ``HermesFormat()`` (``<tool_call>`` /
+            ``<tool_response>``). Not a ``lazy_instance`` default, so the environment pickles (env actors).
         max_turns: Model turns per episode (tool-call turns and the answer).
         timeout_s: Time limit of one turn's tool calls together; past it the episode ends with reward 0 and
             counts in ``env/errors`` (keep it above the ``python`` tool's own 10 s).
@@ -61,7 +58,7 @@ class ToolEnvironment(Environment):
     def __init__(
         self,
         tools: Sequence[Callable] = (calculator,),
-        tool_format: ToolCallFormat = _DEFAULT_FORMAT,
+        tool_format: ToolCallFormat | None = None,
         max_turns: int = 4,
         timeout_s: float = 30.0,
         reward_mode: str = "final",
@@ -70,6 +67,7 @@ class ToolEnvironment(Environment):
         super().__init__(max_turns=max_turns, timeout_s=timeout_s, reward_mode=reward_mode)
         if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
             raise ConfigError(f"{_FIELD}.tools must be a list of callables, got {type(tools).__name__}")
+        tool_format = HermesFormat() if tool_format is None else tool_format
         if not isinstance(tool_format, ToolCallFormat):
             raise ConfigError(
                 f"{_FIELD}.tool_format must have parse, format_results and render_tools "

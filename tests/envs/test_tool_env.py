@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import time
 
 import pytest
@@ -110,6 +111,13 @@ def test_reset_without_prompt_and_a_slow_tool_end_only_their_episode():
     assert failed.done and "DataError" in failed.info["error"] and "'prompt'" in failed.info["error"]
     (late,) = runner.step([1], ['<tool_call>{"name": "slow", "arguments": {"seconds": 3}}</tool_call>'])
     assert late.done and late.reward == 0.0 and "timeout_s=0.5" in late.info["error"]
+
+
+def test_environment_pickles_for_env_actors():
+    env = pickle.loads(pickle.dumps(ToolEnvironment(tools=[calculator, python], max_turns=2)))
+    assert env.max_turns == 2 and list(env.tools) == ["calculator", "python"]
+    env.reset(ROW, seed=0)
+    assert env.step(CALL).observation.text == "<tool_response>7981</tool_response>"
 
 
 def test_config_errors_name_the_field():
@@ -241,11 +249,20 @@ def test_yaml_tools_by_import_path_through_the_cli(tiny_policy_dir, tmp_path, ca
     env = yaml.safe_load(printed)["module"]["init_args"]["environment"]
     assert env["class_path"] == "rlforge.envs.ToolEnvironment"
     assert env["init_args"]["tools"] == ["rlforge.envs.tools.calculator", "rlforge.envs.tools.python"]
-    assert env["init_args"]["tool_format"]["class_path"] == "rlforge.envs.HermesFormat"
+    assert env["init_args"]["tool_format"] is None  # HermesFormat()
 
     assert cli()[0] == 0
     rows = metric_rows(tmp_path / "run", "env/errors")
     assert len(rows) == 2 and all(float(row["env/errors"]) == 0 for row in rows)
+
+    hermes = {"class_path": "rlforge.envs.HermesFormat", "init_args": {"wrap_results": False}}
+    config["module"]["init_args"]["environment"]["init_args"]["tool_format"] = hermes
+    path.write_text(yaml.safe_dump(config))
+    code, printed, _ = cli("--print_config")
+    assert (
+        code == 0
+        and yaml.safe_load(printed)["module"]["init_args"]["environment"]["init_args"]["tool_format"] == hermes
+    )
 
     config["module"]["init_args"]["environment"]["init_args"]["tools"] = ["rlforge.envs.tools.nope"]
     path.write_text(yaml.safe_dump(config))
