@@ -9,8 +9,10 @@ What is isolated (Linux; best effort):
   space), ``RLIMIT_FSIZE`` (no file, stdout included, grows past a few times ``max_output``), no core dumps.
 - *network, processes, signals*: before the code runs, an audit hook (``sys.addaudithook``; it cannot be removed
   from Python) refuses every ``socket.*`` event (creating sockets, DNS), starting processes (``subprocess``,
-  ``os.system``/``exec``/``fork``/``spawn``/``posix_spawn``, ``pty``), ``os.kill``, ``ctypes``, raising the
-  limits again (``resource.setrlimit``/``prlimit``) and sub-interpreters.
+  ``os.system``/``exec``/``fork``/``spawn``/``posix_spawn``, ``pty``), ``os.kill``, loading libraries with
+  ``ctypes``, raising the limits again (``resource.setrlimit``/``prlimit``), sub-interpreters and walking the
+  heap (``gc.get_objects``). ``import socket``/``subprocess``/``ctypes`` still work (numpy and sympy import them);
+  using them does not.
 
 What is NOT isolated: the file system (the code can read and write whatever your user can, outside its working
 directory too), CPU and memory bandwidth shared with the training run, and anything reachable through a bug in
