@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -161,5 +162,9 @@ def test_env_workers_without_a_module_environment_are_a_one_line_config_error(tm
     too_slow = "module.environment.timeout_s=30 must be below trainer.strategy.timeout_s=10"
     with pytest.raises(ConfigError, match=too_slow):
         _fit(tmp_path / "t", MonarchStrategy(env=ServiceConfig(), timeout_s=10.0), TwoTurnEnv())
+    unpicklable = TwoTurnEnv()
+    unpicklable.lock = threading.Lock()
+    with pytest.raises(ConfigError, match=r"module.environment \(TwoTurnEnv\) must pickle to run in env workers"):
+        _fit(tmp_path / "p", MonarchStrategy(env=ServiceConfig()), unpicklable)
     with pytest.raises(ConfigError, match="trainer.strategy.env.procs must be >= 1"):
         MonarchStrategy(env=ServiceConfig(procs=0))

@@ -220,6 +220,16 @@ class MonarchStrategy(Strategy):
                 f"module.environment.timeout_s={module.environment.timeout_s:g} must be below "
                 f"trainer.strategy.timeout_s={self.timeout_s:g} with trainer.strategy.env"
             )
+        import cloudpickle  # what Monarch pickles spawn arguments with (a monarch dependency)
+
+        try:
+            cloudpickle.dumps(module.environment)
+        except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing to the user
+            raise ConfigError(
+                f"module.environment ({type(module.environment).__name__}) must pickle to run in env workers "
+                f"(trainer.strategy.env): {type(err).__name__}: {' '.join(str(err).split())}; "
+                "create what cannot pickle in reset()"
+            ) from err
 
     def _env_runner(self, module: rlforge.RLModule, job_state: Any) -> RemoteEnvRunner:
         from rlforge.strategies.monarch.actors.env import EnvActor
