@@ -1,4 +1,4 @@
-"""``MonarchStrategy``: generator replicas, the reference model and reward workers as Monarch actors.
+"""``MonarchStrategy``: generator replicas, the reference model, reward and environment workers as Monarch actors.
 
 The trainer (this process) keeps the trainable policy. Around it, on process meshes of this host or of a
 Monarch job's hosts (SLURM, Kubernetes, ...), ``build`` starts:
@@ -8,6 +8,8 @@ Monarch job's hosts (SLURM, Kubernetes, ...), ``build`` starts:
   ``LocalStrategy``'s rollouts. Behind the ``Generator`` protocol: ``RemoteGenerator``.
 * ``reference``: one ``ReferenceActor`` (only when ``module.beta > 0`` or ``module.needs_reference``).
 * ``reward``: ``num_replicas * procs`` ``RewardActor``s scoring shards (0: score in-process).
+* ``env``: ``num_replicas * procs`` ``EnvActor``s stepping the module's environments, episode ``e`` on actor
+  ``e % n`` (``null``: in threads of this process). Behind the ``EnvRunner`` protocol: ``RemoteEnvRunner``.
 
 Async rollouts (``max_staleness >= 1``) and their off-policy correction are the ``RolloutEngine``'s; here they
 only mean that a weight update does not wait for the replicas' acknowledgements.
@@ -30,17 +32,20 @@ from rlforge.strategies.monarch.weights import WeightPublisher
 
 if TYPE_CHECKING:
     import rlforge
+    from rlforge.strategies.monarch.envs import RemoteEnvRunner
     from rlforge.strategies.monarch.generators import RemoteGenerator
 
 
 class MonarchStrategy(Strategy):
-    """Generator, reference model and reward workers as Monarch actors (one host or many).
+    """Generator, reference model, reward and environment workers as Monarch actors (one host or many).
 
     Args:
         generator: Placement and ``backend`` of the generator replicas (``procs`` must be 1: a replica is one
             process; vLLM tensor parallelism goes in ``options``).
         reference: Placement of the reference model (``procs`` and ``num_replicas`` must be 1).
         reward: Placement of reward workers; ``num_replicas: 0`` scores in the trainer process.
+        env: Placement of environment workers (``module.environment``'s episodes, ``procs * num_replicas``
+            processes; the environment must pickle); ``null``: environments run in threads of the trainer process.
         generator_backend: Deprecated alias of ``generator.backend``.
         max_staleness: 0: synchronous rollouts. k >= 1: the next rollout overlaps the current update and
             episodes more than k versions older than the policy are dropped. Needs
@@ -66,6 +71,7 @@ class MonarchStrategy(Strategy):
         generator: ServiceConfig = ServiceConfig(),  # noqa: B008 - copied below
         reference: ServiceConfig = ServiceConfig(),  # noqa: B008
         reward: ServiceConfig = ServiceConfig(num_replicas=0),  # noqa: B008
+        env: ServiceConfig | None = None,
         generator_backend: str | None = None,
         max_staleness: int = 0,
         tis_cap: float = 2.0,
@@ -90,6 +96,9 @@ class MonarchStrategy(Strategy):
         self.generator.check("generator")
         self.reference.check("reference")
         self.reward.check("reward", allow_zero=True)
+        self.env = dataclasses.replace(env) if env is not None else None
+        if self.env is not None:
+            self.env.check("env")
         if self.generator.procs != 1:
             raise ConfigError(
                 "trainer.strategy.generator.procs must be 1: a generator replica is one process "
@@ -109,6 +118,7 @@ class MonarchStrategy(Strategy):
         self._closers: list[Any] = []
         self._hook: mesh.FaultHook | None = None
         self.remote_generator: RemoteGenerator | None = None
+        self._envs: RemoteEnvRunner | None = None
 
     @property
     def generator_backend(self) -> str:
@@ -117,17 +127,24 @@ class MonarchStrategy(Strategy):
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
         services, rollouts = self.place(ctx, module)
+        self._check_env(module)
+        remote_envs = self.env is not None  # checked: the module has an environment
+        if not rollouts and not remote_envs:
+            return services
+        mesh.prepare_environment()
+        self._hook = mesh.FaultHook()
+        self._hook.install()
+        job_state = placement.load_job(self.job)
+        if remote_envs:  # validation runs episodes too, so env workers serve every stage
+            services.envs = self._env_runner(module, job_state)
         if not rollouts:
             return services
         policy = module.policy
-        mesh.prepare_environment()
         from rlforge.strategies.monarch.actors.generator import GeneratorActor
         from rlforge.strategies.monarch.actors.spec import PolicySpec
         from rlforge.strategies.monarch.generators import RemoteGenerator
 
-        self._hook = mesh.FaultHook()
-        self._hook.install()
-        job_state, spec = placement.load_job(self.job), PolicySpec.of(policy)
+        spec = PolicySpec.of(policy)
         cfg = self.generator
 
         def spawn(index: int) -> mesh.Replica:
@@ -190,6 +207,43 @@ class MonarchStrategy(Strategy):
             workers += [replica.actor.slice(**{dim: j}) for j in range(cfg.procs)]
         return RemoteRewardRunner(workers, runner, self.timeout_s)
 
+    def _check_env(self, module: rlforge.RLModule) -> None:
+        if self.env is None:
+            return
+        if module.environment is None:
+            raise ConfigError(
+                f"trainer.strategy.env places environment workers, but {type(module).__name__} has no "
+                "module.environment: set one or drop trainer.strategy.env"
+            )
+        if not module.environment.timeout_s < self.timeout_s:  # a worker answers within it; the wait must be longer
+            raise ConfigError(
+                f"module.environment.timeout_s={module.environment.timeout_s:g} must be below "
+                f"trainer.strategy.timeout_s={self.timeout_s:g} with trainer.strategy.env"
+            )
+        import cloudpickle  # what Monarch pickles spawn arguments with (a monarch dependency)
+
+        try:
+            cloudpickle.dumps(module.environment)
+        except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing to the user
+            raise ConfigError(
+                f"module.environment ({type(module.environment).__name__}) must pickle to run in env workers "
+                f"(trainer.strategy.env): {type(err).__name__}: {' '.join(str(err).split())}; "
+                "create what cannot pickle in reset()"
+            ) from err
+
+    def _env_runner(self, module: rlforge.RLModule, job_state: Any) -> RemoteEnvRunner:
+        from rlforge.strategies.monarch.actors.env import EnvActor
+        from rlforge.strategies.monarch.envs import RemoteEnvRunner
+
+        template, cfg = module.environment, self.env
+        dim, workers = "gpus" if cfg.with_gpus else "procs", []
+        for i in range(cfg.num_replicas):
+            replica = mesh.spawn_replica(placement.host_mesh(job_state, cfg, i), cfg, "env", i, EnvActor, template)
+            self._replicas.append(replica)
+            workers += [replica.actor.slice(**{dim: j}) for j in range(cfg.procs)]
+        self._envs = RemoteEnvRunner(workers, template.max_turns, template.timeout_s, self.timeout_s)
+        return self._envs
+
     def generator_pids(self) -> list[int]:
         """Process ids of the generator replicas (diagnostics and fault-injection tests)."""
         return self.remote_generator.pids() if self.remote_generator is not None else []
@@ -197,8 +251,10 @@ class MonarchStrategy(Strategy):
     def teardown(self) -> None:
         for closer in self._closers:
             closer.close()
+        if self._envs is not None:  # open episodes' close() runs before their processes stop
+            self._envs.shutdown()
         for replica in self._replicas:
             mesh.stop_replica(replica)
         if self._hook is not None:
             self._hook.uninstall()
-        self._replicas, self._closers, self._hook, self.remote_generator = [], [], None, None
+        self._replicas, self._closers, self._hook, self.remote_generator, self._envs = [], [], None, None, None

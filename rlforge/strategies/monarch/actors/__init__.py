@@ -1,2 +1,2 @@
-"""Monarch actors of ``MonarchStrategy`` (``generator``, ``reference``, ``reward``; those modules import
-monarch) and the monarch-free pieces they share (``spec``, ``factory``)."""
+"""Monarch actors of ``MonarchStrategy`` (``generator``, ``reference``, ``reward``, ``env``; those modules
+import monarch) and the monarch-free pieces they share (``spec``, ``factory``)."""
