@@ -17,6 +17,7 @@ from rlforge.envs import (
     ToolCallFormat,
     ToolEnvironment,
     calculator,
+    episode_metrics,
     python,
     run_episodes,
 )
@@ -173,7 +174,6 @@ def test_scripted_episodes_through_the_episode_loop():
     }
     rows = [{"prompt": "A:", "target": "7981"}, {"prompt": "B:", "target": "4"}]
     rows += [{"prompt": "C:", "target": "7981"}, {"prompt": "D:", "target": "3"}]
-    logged = {}
     groups = run_episodes(
         rows,
         1,
@@ -182,8 +182,8 @@ def test_scripted_episodes_through_the_episode_loop():
         _CharEncoder(),
         SamplingParams(max_new_tokens=100),
         seeds=[0, 1, 2, 3],
-        log=lambda name, value, *_: logged.__setitem__(name, value),
     )
+    logged = {name: value for name, (value, _) in episode_metrics(groups).items()}
     a, b, c, d = (group[0] for group in groups)
     assert [(e.reward, e.success, e.turns, e.tool_calls) for e in (a, b, c, d)] == [
         (1.0, True, 2, 1),
