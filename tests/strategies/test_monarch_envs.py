@@ -20,7 +20,7 @@ pytest.importorskip("monarch", reason="MonarchStrategy tests need the `monarch` 
 
 from rlforge import GRPOModule, LocalStrategy, RLDataModule, RLTrainer, SamplingParams
 from rlforge.cli import main as cli_main
-from rlforge.envs import Environment, Observation, StepResult, run_episodes
+from rlforge.envs import Environment, Observation, StepResult, episode_metrics, run_episodes
 from rlforge.envs.encoding import ModuleTurnEncoder
 from rlforge.errors import ConfigError, WorkerDiedError
 from rlforge.strategies import MonarchStrategy, ServiceConfig
@@ -132,12 +132,12 @@ def test_env_worker_failures_end_only_their_episode_and_a_dead_worker_stops_the_
         envs.close(ids)
 
         # In the episode loop the failed episodes count in env/errors and score 0; the others are unaffected.
-        logged = {}
         rows = [{"prompt": p, "target": ""} for p in ("raise", "ok", "hang")]
         groups = run_episodes(
             rows, 2, trainer.services.sampler, envs, ModuleTurnEncoder(module), SamplingParams(max_new_tokens=3),
-            [0, 1, 2], log=lambda name, value, reduce=None: logged.setdefault(name, value),
+            [0, 1, 2],
         )  # fmt: skip
+        logged = {name: value for name, (value, _) in episode_metrics(groups).items()}
         assert [[ep.reward for ep in g] for g in groups] == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
         assert logged["env/errors"] == 4.0
 
