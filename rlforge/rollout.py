@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.data.collate import collate_episodes
-from rlforge.envs.encoding import ModuleTurnEncoder
+from rlforge.envs.encoding import ModuleTurnEncoder, context_limit
 from rlforge.envs.episodes import episode_metrics, group_seed, run_episodes
 from rlforge.errors import ConfigError
 from rlforge.metrics import Reduce, rollout_metrics
@@ -153,6 +153,7 @@ class RolloutEngine:
             groups = run_episodes(
                 rows, module.group_size, generator, self.services.envs, ModuleTurnEncoder(module), module.sampling,
                 seeds, ids=self._episode_ids, reward_mode=module.environment.reward_mode,
+                max_context=context_limit(module),
             )  # fmt: skip
             return rows, Done(groups)
         prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]

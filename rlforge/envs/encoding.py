@@ -49,3 +49,9 @@ class ModuleTurnEncoder:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def context_limit(module: Any) -> int | None:
+    """The policy's context length (``config.max_position_embeddings``), or ``None`` when it does not say."""
+    value = getattr(getattr(module.policy, "config", None), "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) else None

@@ -87,6 +87,7 @@ def run_episodes(
     seeds: Sequence[int],
     ids: Iterator[int] | None = None,
     reward_mode: str = "final",
+    max_context: int | None = None,
 ) -> list[Group]:
     """Runs ``group_size`` episodes per row to the end; returns one group per row.
 
@@ -100,6 +101,8 @@ def run_episodes(
         seeds: One environment seed per row.
         ids: Source of unique episode ids (default: from 0).
         reward_mode: ``final`` (last step's reward) or ``sum``.
+        max_context: The model's context length: an episode whose context cannot hold another full turn ends
+            there, truncated (``stop_reason`` ``length``), instead of overrunning the position embeddings.
 
     Each episode's ``completion.metadata`` records its ``env_error`` (if any) and ``env_s`` (seconds per
     environment step); ``episode_metrics`` turns them into the step's metrics.
@@ -116,6 +119,12 @@ def run_episodes(
         traj.prompt_ids = encoder.prompt(traj.prompt) or encoder.prompt(" ")
     turn = dataclasses.replace(params, n=1)
     while live := [t for t in trajs if not t.done]:
+        if max_context is not None:
+            for traj in live:
+                if len(traj.prompt_ids) + len(traj.ids) + turn.max_new_tokens > max_context:
+                    traj.done, traj.stop_reason = True, "length"
+            if not (live := [t for t in live if not t.done]):
+                break
         completions = generator.generate([t.prompt_ids + t.ids for t in live], turn)
         for traj, (completion,) in zip(live, completions, strict=True):
             traj.append(list(completion.token_ids), list(completion.logprobs))

@@ -58,14 +58,16 @@ def validate_rows(
 
 
 def _validate_episodes(module: RLModule, sampler: Generator, rows: list[dict[str, Any]], envs: EnvRunner) -> dict:
-    from rlforge.envs.encoding import ModuleTurnEncoder
+    from rlforge.envs.encoding import ModuleTurnEncoder, context_limit
     from rlforge.envs.episodes import group_seed, run_episodes
 
     encoder, seeds = ModuleTurnEncoder(module), [group_seed(0, -1, i) for i in range(len(rows))]
     mode = module.environment.reward_mode
 
     def successes(params: SamplingParams) -> list[list[bool]]:
-        groups = run_episodes(rows, params.n, sampler, envs, encoder, params, seeds, reward_mode=mode)
+        groups = run_episodes(
+            rows, params.n, sampler, envs, encoder, params, seeds, reward_mode=mode, max_context=context_limit(module)
+        )
         return [[bool(ep.success) for ep in group] for group in groups]
 
     was_training = module.policy.training

@@ -164,3 +164,14 @@ def test_observation_role_renders_through_the_chat_template():
             return text + ("<assistant>" if add_generation_prompt else "")
 
     assert chat_turn_text(Template(), Observation("7", role="tool")) == "<tool>7</tool><assistant>"
+
+
+def test_an_episode_that_would_overrun_the_context_ends_truncated(module):
+    generator = build_generator("torch", module.policy, module.tokenizer, seed=0)
+    env = CountdownEnv(turns=50, max_turns=50)
+    prompt_len = len(module.encode_prompt(ROWS[0]["prompt"]))
+    (group,) = run_episodes(ROWS[:1], 2, generator, LocalEnvRunner(env), ModuleTurnEncoder(module),
+                            module.sampling, seeds=[0], max_context=prompt_len + 40)  # fmt: skip
+    for ep in group:
+        assert ep.completion.truncated and 1 < ep.turns < 50
+        assert prompt_len + len(ep.completion.token_ids) <= prompt_len + 40
