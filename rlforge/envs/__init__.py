@@ -6,6 +6,7 @@ threads; ``run_episodes`` is the token-in/token-out episode loop the ``RolloutEn
 
 from rlforge.envs.base import Environment, Observation, StepResult, check_environment
 from rlforge.envs.episodes import EnvRunner, group_seed, run_episodes
+from rlforge.envs.openenv import OpenEnvEnvironment
 from rlforge.envs.runner import LocalEnvRunner
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "Environment",
     "LocalEnvRunner",
     "Observation",
+    "OpenEnvEnvironment",
     "StepResult",
     "check_environment",
     "group_seed",
