@@ -66,6 +66,12 @@ def _str_fields(model: type) -> list[str]:
     return [name for name, info in fields.items() if info.annotation is str and name not in _SKIPPED]
 
 
+def _closed_by_server(err: BaseException) -> bool:
+    from websockets.exceptions import ConnectionClosed
+
+    return isinstance(err, ConnectionClosed)
+
+
 class _Loop:
     """One event loop in a daemon thread, shared by this process's clients (re-made after a fork)."""
 
@@ -311,4 +317,12 @@ class OpenEnvEnvironment(Environment):
         try:
             return _Loop.run(coro, self.timeout_s)
         except Exception as err:
-            raise RuntimeError(f"OpenEnv server {self.base_url}: {what} failed: {err}") from err
+            hint = ""
+            # A server at capacity answers a new session with an error and closes it at once; which of the two
+            # the client sees first is a race, so both get the hint.
+            if "CAPACITY_REACHED" in str(err) or (what == "reset" and _closed_by_server(err)):
+                hint = (
+                    "; the server may be at capacity (every live episode holds one session): serve the environment "
+                    "with create_app(..., max_concurrent_envs=<at least batch_size * group_size>)"
+                )
+            raise RuntimeError(f"OpenEnv server {self.base_url}: {what} failed: {err}{hint}") from err

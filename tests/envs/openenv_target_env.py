@@ -7,6 +7,7 @@ says "Wrong, try again:" until ``tries`` turns are spent. ``app`` serves it (``u
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -65,4 +66,9 @@ class TargetEnvironment(Environment[GuessAction, GuessObservation, State]):
         return self._state
 
 
-app = create_app(TargetEnvironment, GuessAction, GuessObservation, max_concurrent_envs=32)
+app = create_app(
+    TargetEnvironment,
+    GuessAction,
+    GuessObservation,
+    max_concurrent_envs=int(os.environ.get("TARGET_ENV_MAX_SESSIONS", "32")),
+)

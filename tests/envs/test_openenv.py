@@ -38,14 +38,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve() -> Iterator[tuple[str, subprocess.Popen]]:
+def serve(max_sessions: int = 32) -> Iterator[tuple[str, subprocess.Popen]]:
     """Serves the target environment with uvicorn on a free port; always stops it.
 
     The server's log goes to a file, not a pipe: nobody reads a pipe during the test, and a full one blocks the
     server (OpenEnv logs a traceback for every client that disconnects first).
     """
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TARGET_ENV_MAX_SESSIONS": str(max_sessions)}
     cmd = [sys.executable, "-m", "uvicorn", f"{TARGET_ENV}:app", "--host", "127.0.0.1", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
@@ -161,6 +161,19 @@ def test_unreachable_server_fails_each_episode_at_reset() -> None:
         assert start.done and start.observation is None
         assert f"OpenEnv server {url}: reset failed" in start.info["error"]
     runner.close([0, 1])
+
+
+def test_server_at_capacity_fails_the_extra_episodes_with_the_fix() -> None:
+    """A server allowing 2 sessions: 2 of 4 episodes start, the others fail naming max_concurrent_envs."""
+    with serve(max_sessions=2) as (url, _):
+        runner = LocalEnvRunner(OpenEnvEnvironment(base_url=url, action_field="text"))
+        starts = runner.reset([0, 1, 2, 3], [{}] * 4, [0] * 4)
+        runner.close([0, 1, 2, 3])
+    errors = [s.info["error"] for s in starts if "error" in s.info]
+    assert sum(s.observation is not None for s in starts) == 2 and len(errors) == 2
+    assert all(
+        "may be at capacity" in e and "max_concurrent_envs=<at least batch_size * group_size>" in e for e in errors
+    )
 
 
 def _fit(url: str, max_steps: int, callbacks: list | None = None, **trainer_kwargs) -> dict[int, dict[str, float]]:
