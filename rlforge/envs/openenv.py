@@ -184,7 +184,7 @@ class OpenEnvEnvironment(Environment):
             return Observation(self._text(self._fields(env.reset(**kwargs))))
         client = self._open(self._client_cls(**self._client_kwargs()))
         result = self._call(client.reset(**kwargs), "reset")
-        self._close_if_abandoned()
+        self._close_if_abandoned(client)
         return Observation(self._text(self._fields(result.observation)))
 
     def step(self, action: str) -> StepResult:
@@ -231,11 +231,11 @@ class OpenEnvEnvironment(Environment):
             raise RuntimeError("the episode was closed before reset finished")
         return handle
 
-    def _close_if_abandoned(self) -> None:
+    def _close_if_abandoned(self, client: Any) -> None:
         with _EPISODES_LOCK:
             abandoned = self._closed
-        if abandoned:
-            self.close()
+        if abandoned:  # the runner's close may have run while this client was still connecting: close it again
+            self._call(client.close(), "close")
             raise RuntimeError("the episode was closed before reset finished")
 
     # ----- mapping text <-> OpenEnv's typed objects
@@ -253,7 +253,10 @@ class OpenEnvEnvironment(Environment):
             cls = _import(self.action_class, "action_class")
         elif self.env_class is not None:
             env_cls = _import(self.env_class, "env_class")
-            hints = typing.get_type_hints(env_cls.step) if hasattr(env_cls, "step") else {}
+            try:
+                hints = typing.get_type_hints(env_cls.step)
+            except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the type parameters
+                hints = {}
             cls = hints.get("action") if isinstance(hints.get("action"), type) else None
             cls = cls or _generic_arg(env_cls, "Environment", 0)
         elif self._client_cls is not None:

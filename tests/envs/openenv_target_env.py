@@ -40,8 +40,14 @@ class TargetEnvironment(Environment[GuessAction, GuessObservation, State]):
         self.digit = "0"
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, target: Any = None, **kwargs: Any
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        target: Any = None,
+        reset_delay_s: float = 0.0,
+        **kwargs: Any,
     ) -> GuessObservation:
+        time.sleep(reset_delay_s)
         self._state = State(episode_id=episode_id, step_count=0)
         self.digit = str(target)[-1] if target not in (None, "") else str((seed or 0) % 10)
         return GuessObservation(prompt="Say a number:")

@@ -163,17 +163,26 @@ def test_unreachable_server_fails_each_episode_at_reset() -> None:
     runner.close([0, 1])
 
 
-def test_server_at_capacity_fails_the_extra_episodes_with_the_fix() -> None:
-    """A server allowing 2 sessions: 2 of 4 episodes start, the others fail naming max_concurrent_envs."""
+def test_server_sessions_at_capacity_and_after_a_timed_out_reset() -> None:
+    """A server allowing 2 sessions: 2 of 4 episodes start, the others fail naming max_concurrent_envs; a reset
+    past timeout_s gives its session back once the server finishes it."""
     with serve(max_sessions=2) as (url, _):
         runner = LocalEnvRunner(OpenEnvEnvironment(base_url=url, action_field="text"))
         starts = runner.reset([0, 1, 2, 3], [{}] * 4, [0] * 4)
         runner.close([0, 1, 2, 3])
+        impatient = LocalEnvRunner(OpenEnvEnvironment(base_url=url, action_field="text", timeout_s=0.5))
+        (slow,) = impatient.reset([4], [{"reset_delay_s": 1.0}], [0])
+        impatient.close([4])
+        time.sleep(2.5)  # the server finishes the slow reset and drops the session of the closed connection
+        again = runner.reset([5, 6], [{}, {}], [0, 0])
+        runner.close([5, 6])
     errors = [s.info["error"] for s in starts if "error" in s.info]
     assert sum(s.observation is not None for s in starts) == 2 and len(errors) == 2
     assert all(
         "may be at capacity" in e and "max_concurrent_envs=<at least batch_size * group_size>" in e for e in errors
     )
+    assert "took longer than timeout_s=0.5" in slow.info["error"]
+    assert [s.observation.text for s in again] == ["Say a number:"] * 2, [s.info for s in again]
 
 
 def _fit(url: str, max_steps: int, callbacks: list | None = None, **trainer_kwargs) -> dict[int, dict[str, float]]:
