@@ -11,6 +11,8 @@ import os
 import time
 from typing import Any
 
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
@@ -70,6 +72,20 @@ class TargetEnvironment(Environment[GuessAction, GuessObservation, State]):
     @property
     def state(self) -> State:
         return self._state
+
+
+class GuessClient(EnvClient[GuessAction, GuessObservation, State]):
+    """The environment's own typed client (what an OpenEnv environment package ships)."""
+
+    def _step_payload(self, action: GuessAction) -> dict[str, Any]:
+        return {"text": action.text}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[GuessObservation]:
+        obs = GuessObservation(**payload.get("observation", {}), reward=payload.get("reward"), done=payload["done"])
+        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+
+    def _parse_state(self, payload: dict[str, Any]) -> State:
+        return State(**payload)
 
 
 app = create_app(

@@ -117,6 +117,16 @@ def test_seed_reaches_reset_when_the_row_has_no_target(server: str) -> None:
     assert [s.reward for s in steps] == [1.0, 0.0]  # target not passed (reset_fields=[]): digit = seed % 10
 
 
+def test_typed_client_class(server: str) -> None:
+    """client_class: the Action type comes from the client's type parameters; observations are typed models."""
+    env = OpenEnvEnvironment(base_url=server, client_class=f"{TARGET_ENV}.GuessClient")
+    assert env._action_spec[1] == "text" and env._action_spec[0].__name__ == "GuessAction"
+    starts, steps = _episodes(LocalEnvRunner(env), [{"target": "4"}, {"target": "4"}], [0, 0], ["4", "x"])
+    assert [s.observation.text for s in starts] == ["Say a number:"] * 2
+    assert [(r.reward, r.done, r.info["success"]) for r in steps] == [(1.0, True, True), (0.0, False, False)]
+    assert steps[1].observation.text == "Wrong, try again:"
+
+
 def test_in_process_env_class() -> None:
     """env_class mode: the Action type comes from ``step``'s annotation, metadata reaches info."""
     env = OpenEnvEnvironment(env_class=f"{TARGET_ENV}.TargetEnvironment", env_kwargs={"tries": 3}, max_turns=3)
