@@ -10,6 +10,7 @@ from rlforge.errors import MissingDependencyError
 _VLLM_AVAILABLE = RequirementCache("vllm", module="vllm")
 _TITAN_AVAILABLE = RequirementCache("torchtitan", module="torchtitan")
 _PEFT_AVAILABLE = RequirementCache("peft>=0.21", module="peft")
+_OPENENV_AVAILABLE = RequirementCache("openenv-core>=0.3,<0.4", module="openenv")
 
 _EXTRAS = {
     "vllm": (
@@ -23,6 +24,7 @@ _EXTRAS = {
         "CPU test env: `bash scripts/make_titan_env.sh`",
     ),
     "peft": (_PEFT_AVAILABLE, "pip install 'rlforge[peft]'", "LoRA and other adapters"),
+    "openenv": (_OPENENV_AVAILABLE, "pip install 'rlforge[openenv]'", "OpenEnv environments"),
 }
 
 
@@ -30,7 +32,7 @@ def require(extra: str, feature: str) -> None:
     """Raises ``MissingDependencyError`` naming the pip command when ``extra`` is not installed.
 
     Args:
-        extra: ``vllm``, ``titan`` or ``peft`` (an extra of rlforge's pyproject).
+        extra: ``vllm``, ``titan``, ``peft`` or ``openenv`` (an extra of rlforge's pyproject).
         feature: What needs it, e.g. ``"LocalStrategy(generator='vllm')"``.
     """
     available, pip_command, hint = _EXTRAS[extra]

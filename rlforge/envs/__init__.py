@@ -8,6 +8,7 @@ threads; ``run_episodes`` is the token-in/token-out episode loop the ``RolloutEn
 
 from rlforge.envs.base import Environment, Observation, StepResult, check_environment
 from rlforge.envs.episodes import EnvRunner, episode_metrics, group_seed, run_episodes
+from rlforge.envs.openenv import OpenEnvEnvironment
 from rlforge.envs.runner import LocalEnvRunner
 from rlforge.envs.tool_env import ToolEnvironment
 from rlforge.envs.tool_formats import HermesFormat, ToolCall, ToolCallFormat
@@ -19,6 +20,7 @@ __all__ = [
     "HermesFormat",
     "LocalEnvRunner",
     "Observation",
+    "OpenEnvEnvironment",
     "StepResult",
     "Tool",
     "ToolCall",
