@@ -168,11 +168,7 @@ def _episode(traj: _Trajectory, encoder: TurnEncoder, reward_mode: str) -> Episo
         prompt_ids=traj.prompt_ids,
         stop_reason=traj.stop_reason,
         policy_version=min(traj.versions, default=0),  # staleness is that of the oldest turn
-        metadata={
-            "turns": traj.turns,
-            "tool_calls": traj.tool_calls,
-            **({"env_error": traj.error} if traj.error else {}),
-        },
+        metadata={"env_s": traj.env_seconds, **({"env_error": traj.error} if traj.error else {})},
         loss_mask=traj.mask,
     )
     success = traj.success if traj.success is not None and traj.error is None else reward > 0

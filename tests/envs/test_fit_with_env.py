@@ -42,6 +42,7 @@ def test_environment_from_yaml_trains_and_logs_turn_metrics(tmp_path):
     turns, calls = _rows(metrics, "rollout/turns_mean"), _rows(metrics, "rollout/tool_calls_mean")
     assert [float(turns[s]) for s in (1, 2)] == [2.0, 2.0] and float(calls[2]) == 2.0
     assert float(_rows(metrics, "env/errors")[2]) == 0.0
+    assert 0.0 < float(_rows(metrics, "env/step_s")[2]) < 5.0
     assert set(_rows(metrics, "val/accuracy")) == {0, 2}
 
 

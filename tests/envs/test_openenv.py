@@ -191,7 +191,8 @@ def test_server_sessions_at_capacity_and_after_a_timed_out_reset() -> None:
     assert all(
         "may be at capacity" in e and "max_concurrent_envs=<at least batch_size * group_size>" in e for e in errors
     )
-    assert "took longer than timeout_s=0.5" in slow.info["error"]
+    # Either the runner's limit or the client's own (the same 0.5 s) fires first: both end the episode.
+    assert any(s in slow.info["error"] for s in ("took longer than timeout_s=0.5", "no answer within 0.5s"))
     assert [s.observation.text for s in again] == ["Say a number:"] * 2, [s.info for s in again]
 
 
@@ -219,7 +220,7 @@ def test_grpo_trains_against_server(server: str, tmp_path: Path) -> None:
     for metrics in seen.values():
         assert metrics["env/errors"] == 0
         for name in ("train/loss", "rollout/turns_mean", "env/step_s", "rollout/episode_len"):
-            assert name in metrics and metrics[name] == metrics[name], name
+            assert name in metrics and metrics[name] == metrics[name], (name, metrics)
         assert 1 <= metrics["rollout/turns_mean"] <= 2
     assert "val/accuracy" in seen[3]
 
