@@ -66,3 +66,17 @@ def test_alias_loads_the_shipped_policy(alias: str) -> None:
     episode = prompt + turns * report["max_new_tokens_per_turn"] + (turns - 1) * longest_observation
     assert episode <= model.config.max_position_embeddings
     assert 0.05 <= report["val_greedy_success"] <= 0.45 and report["val_sampled_t1_success"] > 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_validate_reproduces_the_warm_start_greedy_success(config: str, tmp_path: Path) -> None:
+    # `rlforge validate` (GRPOModule's validation loop) on the whole held-out split against the number that
+    # scripts/make_agent_policies.py measured with its own episode loop when it saved the policy
+    from rlforge.cli import run
+
+    report = json.loads((Path(resolve_model_path(CONFIGS[config])) / "warmstart.json").read_text())
+    args = ["validate", "--config", str(REPO / "configs" / config), "--data.val_size", str(report["num_val_prompts"])]
+    args += ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
+    metrics = run(args)
+    assert metrics["val/accuracy"] == pytest.approx(report["val_greedy_success"], abs=1.01 / report["num_val_prompts"])
