@@ -19,8 +19,9 @@ class RLDataModule(PromptDataModule):
     prompts as an uninterrupted one.
 
     Args:
-        task: Built-in task name (``addition``, ``reverse``, ``max``); ignored when ``dataset`` or
-            ``train_file`` is set (set it to ``null`` to make that explicit).
+        task: Built-in task name (``addition``, ``reverse``, ``max``; with a ``module.environment``:
+            ``tool_multiply``, ``guess_number``); ignored when ``dataset`` or ``train_file`` is set (set it to
+            ``null`` to make that explicit).
         train_file: Local ``.json``/``.jsonl``/``.parquet`` file of training prompts (like ``dataset``).
         val_file: File of held-out prompts, read like the training data.
         prompt_field: Column holding the prompt text; ``null``: ``prompt`` (plain), ``question`` (gsm8k),

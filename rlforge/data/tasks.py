@@ -126,15 +126,19 @@ def maximum(seed: int = 0, num_val: int = 200, num_train: int | None = None) -> 
     return TaskSplits(train=rows(train), val=rows(val), name="max")
 
 
-TASKS: dict[str, Callable[..., TaskSplits]] = {"addition": addition, "reverse": reverse, "max": maximum}
-"""Registry of built-in tasks: name -> builder ``(seed=0, **kwargs) -> TaskSplits``."""
+# Imported here, after the helpers it uses are defined (it imports them from this module).
+from rlforge.data.agent_tasks import AGENT_TASKS  # noqa: E402
+
+TASKS: dict[str, Callable[..., TaskSplits]] = {"addition": addition, "reverse": reverse, "max": maximum, **AGENT_TASKS}
+"""Registry of built-in tasks: name -> builder ``(seed=0, **kwargs) -> TaskSplits``; the agentic ones
+(``tool_multiply``, ``guess_number``) are in ``rlforge.data.agent_tasks``."""
 
 
 def make_task(name: str = "addition", seed: int = 0, **kwargs: int | None) -> TaskSplits:
     """Build the train and held-out splits of a built-in task.
 
     Args:
-        name: One of ``TASKS`` (``addition``, ``reverse``, ``max``).
+        name: One of ``TASKS`` (``addition``, ``reverse``, ``max``, ``tool_multiply``, ``guess_number``).
         seed: Seed of the train/val split (private RNG; the global RNG is untouched).
         **kwargs: Task-specific arguments, e.g. ``num_val``.
 

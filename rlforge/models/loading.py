@@ -14,8 +14,19 @@ from rlforge.progress_bars import quiet_loading_bars
 DEFAULT_POLICY = "rlforge/default-policy"
 """Alias of the tiny policy shipped inside the package (works offline)."""
 
+AGENT_TOOL_POLICY = "rlforge/agent-tool-policy"
+"""Alias of the shipped tiny tool-calling policy (task ``tool_multiply``, ``configs/agent_tool.yaml``)."""
+
+AGENT_MULTITURN_POLICY = "rlforge/agent-multiturn-policy"
+"""Alias of the shipped tiny multi-turn policy (task ``guess_number``, ``configs/agent_multiturn.yaml``)."""
+
 _ASSETS = Path(__file__).parent / "assets"
-_ALIASES = {DEFAULT_POLICY: _ASSETS / "default_policy"}
+_ALIASES = {
+    DEFAULT_POLICY: _ASSETS / "default_policy",
+    AGENT_TOOL_POLICY: _ASSETS / "agent_tool_policy",
+    AGENT_MULTITURN_POLICY: _ASSETS / "agent_multiturn_policy",
+}
+_SCRIPTS = {DEFAULT_POLICY: "scripts/make_default_policy.py"}
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -27,7 +38,7 @@ def resolve_model_path(name_or_path: str) -> str:
         if not (alias / "config.json").exists():
             raise ConfigError(
                 f"model: bundled policy {name_or_path!r} is missing at {alias}; "
-                "regenerate it with `python scripts/make_default_policy.py`"
+                f"regenerate it with `python {_SCRIPTS.get(name_or_path, 'scripts/make_agent_policies.py')}`"
             )
         return str(alias)
     return name_or_path

@@ -23,10 +23,11 @@ def test_deterministic_and_pure(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_splits_are_disjoint(name: str) -> None:
+    # guess_number's prompt is the same for every row (the number is hidden): its rows differ in the target
     splits = make_task(name)
-    val_prompts = {r["prompt"] for r in splits.val}
-    assert len(val_prompts) == len(splits.val) >= 20
-    assert not val_prompts & {r["prompt"] for r in splits.train}
+    val_rows = {(r["prompt"], r["target"]) for r in splits.val}
+    assert len(val_rows) == len(splits.val) >= 20
+    assert not val_rows & {(r["prompt"], r["target"]) for r in splits.train}
 
 
 def test_addition_pairs_are_disjoint_and_cover_the_domain() -> None:
@@ -69,7 +70,7 @@ def test_extract_answer() -> None:
 
 
 def test_unknown_name_and_bad_arguments_raise_config_error() -> None:
-    with pytest.raises(ConfigError, match="addition, max, reverse"):
+    with pytest.raises(ConfigError, match="addition, guess_number, max, reverse, tool_multiply"):
         make_task("subtraction")
     with pytest.raises(ConfigError, match="digits"):
         make_task("addition", digits=3)
@@ -77,3 +78,26 @@ def test_unknown_name_and_bad_arguments_raise_config_error() -> None:
         make_task("addition", digits=1, num_val=100)
     with pytest.raises(ConfigError, match="bogus"):
         make_task("max", bogus=1)
+
+
+def test_tool_multiply_rows() -> None:
+    splits = make_task("tool_multiply")
+    pairs = lambda rows: {tuple(map(int, re.findall(r"\d+", r["prompt"]))) for r in rows}
+    train, val = pairs(splits.train), pairs(splits.val)
+    assert len(val) == 200 and not train & val and len(train | val) == 900 * 90
+    for row in splits.val:
+        a, b = map(int, re.fullmatch(r"Q: What is (\d{3}) \* (\d{2})\?\nA:", row["prompt"]).groups())
+        assert row["target"] == str(a * b)
+    assert len(make_task("tool_multiply", num_train=10).train) == 10
+
+
+def test_guess_number_rows_hide_disjoint_numbers() -> None:
+    splits = make_task("guess_number")
+    train, val = ({int(r["target"]) for r in rows} for rows in (splits.train, splits.val))
+    assert len(val) == 20 and not train & val and train | val == set(range(1, 51))
+    assert {r["prompt"] for r in splits.train + splits.val} == {"Q: Guess my number from 1 to 50.\nA:"}
+    small = make_task("guess_number", high=10, num_val=3)
+    assert {int(r["target"]) for r in small.train + small.val} == set(range(1, 11))
+    assert "1 to 10" in small.val[0]["prompt"]
+    with pytest.raises(ConfigError, match="high"):
+        make_task("guess_number", high=1)
