@@ -8,6 +8,7 @@ threads; ``run_episodes`` is the token-in/token-out episode loop the ``RolloutEn
 
 from rlforge.envs.base import Environment, Observation, StepResult, check_environment
 from rlforge.envs.episodes import EnvRunner, episode_metrics, group_seed, run_episodes
+from rlforge.envs.guess import GuessNumberEnvironment
 from rlforge.envs.openenv import OpenEnvEnvironment
 from rlforge.envs.runner import LocalEnvRunner
 from rlforge.envs.tool_env import ToolEnvironment
@@ -17,6 +18,7 @@ from rlforge.envs.tools import Tool, ToolError, calculator, python
 __all__ = [
     "EnvRunner",
     "Environment",
+    "GuessNumberEnvironment",
     "HermesFormat",
     "LocalEnvRunner",
     "Observation",

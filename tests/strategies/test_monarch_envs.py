@@ -7,8 +7,11 @@ actor processes import this module (the driver's ``sys.path`` is theirs).
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -168,3 +171,23 @@ def test_env_workers_without_a_module_environment_are_a_one_line_config_error(tm
         _fit(tmp_path / "p", MonarchStrategy(env=ServiceConfig()), unpicklable)
     with pytest.raises(ConfigError, match="trainer.strategy.env.procs must be >= 1"):
         MonarchStrategy(env=ServiceConfig(procs=0))
+
+
+@pytest.mark.slow
+def test_agent_tool_config_trains_with_env_actors_on_monarch(tmp_path):
+    """Acceptance: `--trainer.strategy rlforge.strategies.MonarchStrategy` trains agent_tool.yaml with env actors."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [
+        sys.executable, "-m", "rlforge.cli", "fit", "--config", str(repo / "configs" / "agent_tool.yaml"),
+        "--trainer.strategy", "rlforge.strategies.MonarchStrategy", "--trainer.strategy.env.procs", "2",
+        "--trainer.max_steps", "3", "--trainer.val_check_interval", "0", "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", str(tmp_path), "--data.batch_size", "4", "--module.group_size", "4",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (metrics,) = tmp_path.glob("rlforge/version_*/metrics.csv")
+    rows = [r for r in csv.DictReader(open(metrics)) if r.get("rollout/turns_mean")]
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    assert all(float(r["env/errors"]) == 0 and float(r["rollout/tool_calls_mean"]) > 0 for r in rows)
+    assert all(float(r["rollout/turns_mean"]) > 1 for r in rows)
