@@ -7,26 +7,31 @@ from typing import Any
 from rlforge.envs.base import Observation
 from rlforge.errors import ConfigError
 
-_ANCHOR = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+_SENTINEL = "\u2063rlforge-turn\u2063"  # an assistant turn's content, to find where it ends in a rendering
 
 
 def chat_turn_text(tokenizer: Any, obs: Observation) -> str:
-    """The text a chat template puts between a finished assistant turn and the next assistant turn.
+    """The text a chat template puts after an assistant turn's end token, up to the next assistant turn.
 
-    Rendered as the difference of two conversations (one ending with the assistant turn, one with the
-    observation and the generation prompt), so the template's own role markers and tool-response wrapping are used.
+    Renders ``[user, assistant, observation]`` with the generation prompt and keeps what follows the assistant's
+    content, minus the end-of-turn token the model already sampled (its EOS): the template's own separators,
+    role markers and tool-response wrapping are used, and nothing the model said is re-rendered.
     """
-    before = tokenizer.apply_chat_template(_ANCHOR, tokenize=False)
-    after = tokenizer.apply_chat_template(
-        _ANCHOR + [{"role": obs.role, "content": obs.text}], tokenize=False, add_generation_prompt=True
-    )
-    if not after.startswith(before):
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": _SENTINEL},
+        {"role": obs.role, "content": obs.text},
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if _SENTINEL not in rendered:
         raise ConfigError(
-            f"the chat template of {getattr(tokenizer, 'name_or_path', '?')!r} re-renders earlier turns when a "
-            f"{obs.role!r} turn is added, so observations cannot be appended token-in/token-out; "
-            "set `module.chat_template false` and format turns in the environment"
+            f"the chat template of {getattr(tokenizer, 'name_or_path', '?')!r} rewrites earlier assistant turns, so "
+            "observations cannot be appended token-in/token-out; set `module.chat_template false` and format turns "
+            "in the environment"
         )
-    return after[len(before) :]
+    tail = rendered[rendered.rindex(_SENTINEL) + len(_SENTINEL) :]
+    eos = getattr(tokenizer, "eos_token", None)
+    return tail[len(eos) :] if eos and tail.startswith(eos) else tail
 
 
 class ModuleTurnEncoder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from rlforge.data.collate import collate_episodes
 from rlforge.envs import LocalEnvRunner, Observation, episode_metrics, run_episodes
 from rlforge.envs.encoding import ModuleTurnEncoder
+from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.generation.factory import build_generator
 from rlforge.grpo import GRPOModule
@@ -163,7 +165,14 @@ def test_observation_role_renders_through_the_chat_template():
             text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
             return text + ("<assistant>" if add_generation_prompt else "")
 
-    assert chat_turn_text(Template(), Observation("7", role="tool")) == "<tool>7</tool><assistant>"
+    assert chat_turn_text(Template(), Observation("7", role="tool")) == "</assistant><tool>7</tool><assistant>"
+
+    class Rewriting(Template):
+        def apply_chat_template(self, messages, **kwargs):
+            return super().apply_chat_template([m for m in messages if m["role"] != "assistant"], **kwargs)
+
+    with pytest.raises(ConfigError, match="rewrites earlier assistant turns"):
+        chat_turn_text(Rewriting(), Observation("7"))
 
 
 def test_an_episode_that_would_overrun_the_context_ends_truncated(module):
@@ -175,3 +184,20 @@ def test_an_episode_that_would_overrun_the_context_ends_truncated(module):
     for ep in group:
         assert ep.completion.truncated and 1 < ep.turns < 50
         assert prompt_len + len(ep.completion.token_ids) <= prompt_len + 40
+
+
+def test_chat_observations_are_the_templates_turn_between_assistant_turns(module):
+    from rlforge.envs.encoding import ModuleTurnEncoder
+
+    chatml = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    chat = GRPOModule(chat_template=True, environment=CountdownEnv())
+    chat.policy, chat.tokenizer = module.policy, copy.deepcopy(module.tokenizer)
+    chat.tokenizer.chat_template = chatml
+    chat.tokenizer.eos_token = "<|im_end|>"  # a chat model's turn ends with its end-of-turn token, sampled
+    ids = ModuleTurnEncoder(chat).observation(Observation("7981", role="tool"))
+    # After the sampled end-of-turn: the rest of the template's line, the tool turn, the next assistant header.
+    expected = "\n<|im_start|>tool\n7981<|im_end|>\n<|im_start|>assistant\n"
+    assert ids == chat.tokenizer(expected, add_special_tokens=False)["input_ids"]
