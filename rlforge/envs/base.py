@@ -43,7 +43,8 @@ class StepResult:
         reward: This turn's reward; the episode's reward is the last one or the sum (``Environment.reward_mode``).
         done: The episode is over.
         info: Free-form extras; ``success`` (bool) is the episode's ``val/accuracy`` when the environment gives it,
-            ``tool_calls`` (int) is counted into ``rollout/tool_calls_mean``.
+            ``tool_calls`` / ``tool_errors`` (int) are counted into ``rollout/tool_calls_mean`` /
+            ``rollout/tool_errors_mean``.
     """
 
     observation: Observation | None = None

@@ -61,6 +61,7 @@ class _Trajectory:
     env_seconds: list[float] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
+    tool_errors: int = 0
     stop_reason: str = "stop"
     success: bool | None = None
     error: str | None = None
@@ -145,6 +146,7 @@ def _apply(traj: _Trajectory, result: StepResult, max_turns: int, encoder: TurnE
     if "seconds" in result.info:
         traj.env_seconds.append(float(result.info["seconds"]))
     traj.tool_calls += int(result.info.get("tool_calls", 0))
+    traj.tool_errors += int(result.info.get("tool_errors", 0))
     if "success" in result.info:
         traj.success = bool(result.info["success"])
     failed = "error" in result.info
@@ -168,7 +170,11 @@ def _episode(traj: _Trajectory, encoder: TurnEncoder, reward_mode: str) -> Episo
         prompt_ids=traj.prompt_ids,
         stop_reason=traj.stop_reason,
         policy_version=min(traj.versions, default=0),  # staleness is that of the oldest turn
-        metadata={"env_s": traj.env_seconds, **({"env_error": traj.error} if traj.error else {})},
+        metadata={
+            "env_s": traj.env_seconds,
+            "tool_errors": traj.tool_errors,
+            **({"env_error": traj.error} if traj.error else {}),
+        },
         loss_mask=traj.mask,
     )
     success = traj.success if traj.success is not None and traj.error is None else reward > 0
@@ -192,6 +198,10 @@ def episode_metrics(groups: Sequence[Group]) -> dict[str, tuple[float, Reduce]]:
         "env/errors": (float(sum("env_error" in ep.completion.metadata for ep in episodes)), Reduce.SUM),
         "rollout/turns_mean": (statistics.fmean(ep.turns for ep in episodes), Reduce.MEAN),
         "rollout/tool_calls_mean": (statistics.fmean(ep.tool_calls for ep in episodes), Reduce.MEAN),
+        "rollout/tool_errors_mean": (
+            statistics.fmean(ep.completion.metadata.get("tool_errors", 0) for ep in episodes),
+            Reduce.MEAN,
+        ),
         "rollout/episode_len": (statistics.fmean(len(ep.completion.token_ids) for ep in episodes), Reduce.MEAN),
     }
     if seconds:

@@ -196,6 +196,7 @@ def test_scripted_episodes_through_the_episode_loop():
     assert a.completion.loss_mask == [1] * len(CALL) + [0] * len(response) + [1] * len(" #### 7981")
     assert d.completion.text.startswith(malformed + "<tool_response>error: invalid JSON in <tool_call>")
     assert logged["env/errors"] == 0 and logged["rollout/tool_calls_mean"] == pytest.approx(5 / 4)
+    assert logged["rollout/tool_errors_mean"] == pytest.approx(1 / 4)  # D's malformed call
 
 
 def test_fit_two_steps_on_the_default_policy(tmp_path):
