@@ -97,7 +97,7 @@ class LocalEnvRunner:
         return self._run(calls, "step")
 
     def close(self, ids: Sequence[int]) -> None:
-        """Ends episodes ``ids`` (their environments' ``close`` runs in the pool; errors are ignored)."""
+        """Ends episodes ``ids``: their ``close`` calls run concurrently within ``timeout_s``; errors are ignored."""
         with self._lock:
             envs = [self._envs.pop(e) for e in ids if e in self._envs]
         self._run([(lambda env=env: _closed(env)) for env in envs], "close")
@@ -131,5 +131,5 @@ class LocalEnvRunner:
         deadline = time.monotonic() + self.timeout_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        late = failure(f"{what} took longer than timeout_s={self.timeout_s:g}")
-        return [r if r is not None else StepResult(None, 0.0, True, dict(late.info)) for r in results]
+        late = f"{what} took longer than timeout_s={self.timeout_s:g}"
+        return [r if r is not None else failure(late) for r in results]
