@@ -5,7 +5,7 @@ import os
 from lightning_utilities.core.rank_zero import rank_zero_only
 
 # Lightning leaves the rank unset until a strategy sets it; read it from the launcher as Lightning does.
-rank_zero_only.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+rank_zero_only.rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", os.environ.get("LOCAL_RANK", 0))))
 
 from rlforge.callbacks import (  # noqa: E402
     Callback,

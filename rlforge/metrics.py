@@ -79,7 +79,8 @@ class _StepMax(MaxMetric):
     """``MaxMetric`` fed a whole step at once."""
 
     def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
-        self.max_value = torch.maximum(self.max_value, torch.tensor(values, dtype=torch.float64).max())
+        if values:
+            self.max_value = torch.maximum(self.max_value, torch.tensor(values, dtype=torch.float64).max())
 
 
 _AGGREGATORS = {"mean": _StepMean, "sum": _StepSum, "max": _StepMax}
@@ -95,8 +96,9 @@ class StepReducer:
     def __init__(self) -> None:
         self._metrics: dict[tuple[str, str], Metric] = {}
 
-    def reduce(self, name: str, values: Sequence[float], reduce: str = "mean") -> float:
-        """The ``reduce`` of ``values`` (at least one), logged under ``name`` this step.
+    def reduce(self, name: str, values: Sequence[float], reduce: str = "mean") -> float | None:
+        """The ``reduce`` of ``values`` logged under ``name`` this step, over every rank's values when a process
+        group runs (a rank with no values contributes none); ``None`` for ``last`` without values.
 
         Args:
             name: Metric name.
@@ -106,12 +108,12 @@ class StepReducer:
         if reduce not in REDUCTIONS:
             raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
         if reduce == Reduce.LAST:  # the newest value: nothing to aggregate (and nothing to sync across ranks)
-            return float(values[-1])
+            return float(values[-1]) if values else None
         metric = self._metrics.get((name, reduce))
         if metric is None:
             metric = _AGGREGATORS[reduce](nan_strategy="disable").set_dtype(torch.float64)
             self._metrics[(name, reduce)] = metric
-        metric.update([float(v) for v in values])
+        metric.update([float(v) for v in values])  # none on this rank: sum 0, weight 0, max -inf
         value = float(metric.compute())
         metric.reset()
         return value
@@ -124,7 +126,9 @@ def reduce_values(values: Sequence[float], reduce: str = "mean") -> float:
         values: At least one value.
         reduce: ``mean``, ``sum`` or ``max``.
     """
-    return StepReducer().reduce("", values, reduce)
+    value = StepReducer().reduce("", values, reduce)
+    assert value is not None  # at least one value
+    return value
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

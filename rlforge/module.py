@@ -94,6 +94,14 @@ class RLModule(nn.Module):
         """Micro-batches of one optimizer step and the weight of each loss (default: the whole batch)."""
         return [(batch, 1.0)]
 
+    def loss_normalizer(self, batch: Any) -> tuple[torch.Tensor, str, int | None]:
+        """``(mask, aggregation, max_len)``: the tokens ``training_step``'s loss is normalised over and how
+        (``rlforge.losses.aggregation``). Data-parallel training weighs each rank's loss by its share of the
+        global normaliser. Default: the batch's ``response_mask`` and ``self.loss``'s ``aggregation``/``max_len``
+        (a loss without them: the mean over sequences)."""
+        loss = getattr(self, "loss", None)
+        return batch.response_mask, getattr(loss, "aggregation", "seq-mean-token-mean"), getattr(loss, "max_len", None)
+
     def is_correct(self, prompt: str, response: str, target: str) -> bool:
         """Correctness of one validation response (``val/accuracy``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement is_correct()")

@@ -13,6 +13,7 @@ generator step is the multi-turn episode loop of ``rlforge.envs.episodes``; ever
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import zlib
@@ -29,6 +30,7 @@ from rlforge.errors import ConfigError
 from rlforge.metrics import Reduce, rollout_metrics
 from rlforge.models import compute_logprobs
 from rlforge.offpolicy import drop_stale, truncated_is
+from rlforge.parallel.shard import check_divisible, rank_slice
 from rlforge.services import Done, Pending, RunContext, Services, submit
 from rlforge.shaping import apply_overlong_penalty, dynamic_sample, mask_truncated
 from rlforge.types import Episode, Group, TrainBatch
@@ -61,11 +63,14 @@ class RolloutOptions:
 class RolloutEngine:
     """Samples, scores and prepares one training batch per step.
 
+    With several ranks (``ctx.world_size``) every rank draws the same ``data.batch_size`` prompts and keeps its
+    contiguous share: whole groups, scored and given advantages on the rank that sampled them.
+
     Args:
         services: The strategy's services (``generator`` required).
         datamodule: Source of prompt rows (``next_batch()``, ``batch_size``).
         module: The algorithm (``encode_prompt``, ``sampling``, ``score``, ``compute_advantages``, ``beta``).
-        ctx: The run (seed, device, ``sync_interval``, ``max_steps``, metric sink).
+        ctx: The run (seed, device, ``sync_interval``, ``max_steps``, metric sink, rank and world size).
     """
 
     def __init__(self, services: Services, datamodule: Any, module: RLModule, ctx: RunContext) -> None:
@@ -77,7 +82,10 @@ class RolloutEngine:
                 f"trainer.strategy.max_staleness={self.staleness.max_staleness} with WeightSync.sync_interval="
                 f"{ctx.sync_interval} would drop every rollout: set max_staleness >= sync_interval - 1"
             )
+        check_divisible(datamodule.batch_size, ctx.world_size, "data.batch_size")
         self._episode_ids = itertools.count()
+        # Same seed on every rank: the k-th request draws the same base seed everywhere (group_seeds).
+        self._seed_rng = torch.Generator().manual_seed(ctx.seed)
         self._inflight: deque[tuple[Rows, Pending]] = deque()
         self._collecting: Rows | None = None
         self._resume_rows: deque[Rows] = deque()
@@ -88,7 +96,8 @@ class RolloutEngine:
         module, opts, log = self.module, self.options, self.ctx.log
         if opts.dynamic_sampling:
             sample = functools.partial(self._scored, step)
-            groups, stats = dynamic_sample(sample, self.datamodule.batch_size, opts.max_sampling_tries)
+            wanted = self.datamodule.batch_size // self.ctx.world_size
+            groups, stats = dynamic_sample(sample, wanted, opts.max_sampling_tries)
             for name, value in stats.items():
                 log(name, value)
         else:
@@ -143,7 +152,9 @@ class RolloutEngine:
         return kept
 
     def _next_rows(self) -> Rows:
-        return self._resume_rows.popleft() if self._resume_rows else self.datamodule.next_batch()
+        if self._resume_rows:  # saved per rank: already this rank's share
+            return self._resume_rows.popleft()
+        return rank_slice(self.datamodule.next_batch(), self.ctx.rank, self.ctx.world_size)
 
     def _submit(self, rows: Rows, step: int) -> tuple[Rows, Pending]:
         """Starts sampling the groups of ``rows`` for RL step ``step + 1``; ``result()`` gives the groups."""
@@ -157,7 +168,11 @@ class RolloutEngine:
             )  # fmt: skip
             return rows, Done(groups)
         prompt_ids = [module.encode_prompt(row["prompt"]) for row in rows]
-        return rows, _Grouped(rows, submit(generator, prompt_ids, module.sampling))
+        params = module.sampling
+        if self.ctx.group_seeds:  # group i of the global batch samples from base + i on whichever rank has it
+            base = int(torch.randint(2**62, (1,), generator=self._seed_rng))
+            params = dataclasses.replace(params, seed=base + self.ctx.rank * len(rows))
+        return rows, _Grouped(rows, submit(generator, prompt_ids, params))
 
     @torch.no_grad()
     def _correct(self, batch: TrainBatch) -> TrainBatch:
@@ -187,12 +202,15 @@ class RolloutEngine:
         state = self.services.state_dict(policy_version, step_only)
         pending = ([self._collecting] if self._collecting else []) + [rows for rows, _ in self._inflight]
         state["pending_rows"] = pending + list(self._resume_rows)  # always present: a crash save overrides it
+        state["seed_rng"] = self._seed_rng.get_state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict``; rows that were in flight are sampled again first."""
         self.services.load_state_dict(state)
         self._resume_rows = deque(state.get("pending_rows", []))
+        if "seed_rng" in state:
+            self._seed_rng.set_state(state["seed_rng"])
 
 
 class _Grouped:

@@ -79,6 +79,9 @@ class SFTModule(PolicyModule):
         parts = [batch.select(slice(i, i + size)) for i in range(0, len(batch), size)]
         return [(part, part.num_label_tokens / total) for part in parts]
 
+    def loss_normalizer(self, batch: SFTBatch) -> tuple[torch.Tensor, str, int | None]:
+        return batch.labels[:, 1:] != IGNORE_INDEX, "token-mean", None
+
     def _token_losses(self, batch: SFTBatch) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.policy(
             input_ids=batch.input_ids,

@@ -154,8 +154,9 @@ class ModelCheckpoint(Callback):
         if reason is not None:
             field = "ModelCheckpoint.dirpath" if self.dirpath else "trainer.default_root_dir"
             raise CheckpointError(f"{field}: cannot write checkpoints to {dirpath} ({reason})")
-        for folder in self.search_folders(trainer):
-            remove_orphans(folder)  # temp folders of saves a kill interrupted
+        if trainer.is_global_zero:  # one writer: the other ranks would race rank 0's own temp folders
+            for folder in self.search_folders(trainer):
+                remove_orphans(folder)  # temp folders of saves a kill interrupted
 
     def should_save(self, trainer: rlforge.RLTrainer) -> bool:
         """Periodic saves, and the final one with ``save_last`` (asked at the end of every step)."""
@@ -174,8 +175,9 @@ class ModelCheckpoint(Callback):
         score = trainer.callback_metrics.get(self.monitor) if self.monitor else None
         self._saving = True
         try:
-            path = trainer.save_checkpoint(dirpath / name)
-            atomic_write_json(dirpath / LAST_POINTER, {"name": name, "step": trainer.global_step}, durable=True)
+            path = trainer.save_checkpoint(dirpath / name)  # with several ranks: every rank, rank 0 writes
+            if trainer.is_global_zero:
+                atomic_write_json(dirpath / LAST_POINTER, {"name": name, "step": trainer.global_step}, durable=True)
         except CheckpointError:
             self._save_failed = True
             raise
@@ -188,7 +190,8 @@ class ModelCheckpoint(Callback):
         self.saved = [e for e in self.saved if e.get("path") != str(path)]
         self.saved.append({"name": name, "step": trainer.global_step, "score": score, "path": str(path)})
         self.last_path = path
-        self._prune(dirpath)
+        if trainer.is_global_zero:
+            self._prune(dirpath)
         for logger in trainer.loggers:
             logger.after_save_checkpoint(path, trainer.global_step)
         return path
@@ -225,6 +228,13 @@ class ModelCheckpoint(Callback):
         if not self.save_on_exception or boundary is None or self._saving or trainer.stage != "fit":
             return
         if self._save_failed:  # the error is the failed save itself: trying again would fail the same way
+            return
+        if trainer.world_size > 1:  # a save is a collective, and the rank that failed may be gone
+            if trainer.is_global_zero:
+                log.warning(
+                    f"rlforge: run stopped in step {boundary['progress']['steps'] + 1} by {type(exception).__name__}; "
+                    f"last checkpoint: {self.last_checkpoint_path(trainer)} (no crash checkpoint with several ranks)"
+                )
             return
         interrupted = isinstance(exception, KeyboardInterrupt)
         report = log.info if interrupted else log.warning  # Ctrl-C: the CLI prints the one line

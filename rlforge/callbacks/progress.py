@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 class ProgressBar(Callback):
     """Shows training progress on stderr; when stderr is not a terminal, prints one line every ``log_every_n_steps``.
 
+    With several ranks only rank 0 shows it (the metrics it shows are reduced over every rank).
+
     Args:
         log_every_n_steps: Line frequency for non-interactive output (logs, CI).
     """
@@ -35,7 +37,7 @@ class ProgressBar(Callback):
         self._task = None
 
     def on_train_start(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
-        if self.console.is_terminal:
+        if self.console.is_terminal and trainer.is_global_zero:
             self._progress = Progress(
                 TextColumn("[bold]rlforge"),
                 BarColumn(),
@@ -51,6 +53,8 @@ class ProgressBar(Callback):
     def on_train_step_end(
         self, trainer: rlforge.RLTrainer, module: rlforge.RLModule, metrics: dict[str, float]
     ) -> None:
+        if not trainer.is_global_zero:
+            return
         text = self._describe(metrics)
         if self._progress is not None:
             self._progress.update(self._task, completed=trainer.global_step, description=text)
@@ -59,7 +63,7 @@ class ProgressBar(Callback):
 
     def on_validation_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:
         shown = [f"{k}={_format(v, '.3f')}" for k, v in sorted(trainer.metrics.logged("val/").items())]
-        if shown:
+        if shown and trainer.is_global_zero:
             self.console.print(f"step {trainer.global_step}: {' '.join(shown)}", highlight=False)
 
     def on_train_end(self, trainer: rlforge.RLTrainer, module: rlforge.RLModule) -> None:

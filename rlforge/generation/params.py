@@ -18,6 +18,9 @@ class SamplingParams:
         top_k: Keep only the k most likely tokens (0 disables).
         n: Number of samples per prompt.
         stop_token_ids: Extra token ids that end a response (the tokenizer's EOS always does).
+        seed: Per-request seed, set by the rollout engine (``RLTrainer(sampling_seeds="group")``): prompt ``i``
+            of the request samples from ``seed + i`` alone, so its samples do not depend on which other prompts
+            share the batch or the rank. ``None``: the generator's own RNG stream. Leave it unset in configs.
     """
 
     max_new_tokens: int = 16
@@ -26,6 +29,7 @@ class SamplingParams:
     top_k: int = 0
     n: int = 1
     stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:

@@ -124,7 +124,7 @@ class TorchGenerator:
         """
         batch, steps = first_logits.shape[0], params.max_new_tokens
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=self.device)
-        uniforms = None if params.greedy else draw_uniforms(steps, batch, self.rng, self.device)
+        uniforms = None if params.greedy else self._uniforms(steps, batch, params)
         tokens = torch.empty((steps, batch), dtype=torch.long, device=self.device)
         logprobs = torch.empty((steps, batch), device=self.device)
         u = None if uniforms is None else uniforms[0]
@@ -145,6 +145,18 @@ class TorchGenerator:
         stopped = hit.any(-1)
         lengths = torch.where(stopped, hit.int().argmax(-1) + 1, n_steps)
         return tokens, logprobs, lengths, stopped
+
+    def _uniforms(self, steps: int, batch: int, params: SamplingParams) -> torch.Tensor:
+        """The ``[steps, batch]`` uniforms of a request: from this generator's stream, or with ``params.seed`` from
+        one generator per prompt seeded ``seed + i`` (rows are prompt-major, ``n`` per prompt)."""
+        if params.seed is None:
+            return draw_uniforms(steps, batch, self.rng, self.device)
+        rng = torch.Generator(device=self.device)
+        parts = []
+        for i in range(batch // params.n):
+            rng.manual_seed((params.seed + i) % 2**63)
+            parts.append(draw_uniforms(steps, params.n, rng, self.device))
+        return torch.cat(parts, dim=1)
 
     def _decode_static(self, input_ids, attention_mask, rows, params):
         decoder = KVDecoder(self.model)

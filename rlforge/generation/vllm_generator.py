@@ -160,7 +160,7 @@ class VLLMGenerator:
         self.policy_version = int(state["policy_version"])
 
     # ---------------------------------------------------------------------------------- sampling
-    def _sampling_params(self, params: SamplingParams) -> Any:
+    def _sampling_params(self, params: SamplingParams, seed: int | None = None) -> Any:
         from vllm import SamplingParams as VSamplingParams
 
         return VSamplingParams(
@@ -171,7 +171,7 @@ class VLLMGenerator:
             max_tokens=params.max_new_tokens,
             stop_token_ids=sorted(set(self.eos_token_ids) | set(params.stop_token_ids)),
             logprobs=0,  # only the sampled token's logprob
-            seed=self._rng.randrange(2**31),  # children of an n > 1 request get seed + index
+            seed=self._rng.randrange(2**31) if seed is None else seed,  # children of an n > 1 request get seed + index
             detokenize=False,  # decoded below with the policy tokenizer, like TorchGenerator
         )
 
@@ -184,10 +184,12 @@ class VLLMGenerator:
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("generate: every prompt must have at least one token")
         self._wake()
+        if params.seed is None:
+            sampling = self._sampling_params(params)
+        else:  # prompt i draws from seed + i alone: the same samples however the prompts are batched
+            sampling = [self._sampling_params(params, (params.seed + i) % 2**31) for i in range(len(prompt_ids))]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids],
-            self._sampling_params(params),
-            use_tqdm=False,
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], sampling, use_tqdm=False
         )
         if self.sleep_between_rollouts:
             self.llm.sleep(level=1)

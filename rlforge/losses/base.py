@@ -73,7 +73,15 @@ class PolicyLoss(nn.Module):
 
     Args:
         beta: Weight of the per-token KL penalty against the reference policy (0 disables it).
+
+    Attributes:
+        aggregation: The ``rlforge.losses.aggregation`` mode ``forward`` normalises with; data-parallel training
+            reads it to weigh each rank's loss so the update equals one process on the whole batch.
+        max_len: Constant length normaliser of ``seq-mean-token-sum-norm`` (``None``: the padded width).
     """
+
+    aggregation: str = "seq-mean-token-mean"
+    max_len: int | None = None
 
     def __init__(self, beta: float = 0.0) -> None:
         super().__init__()

@@ -35,6 +35,8 @@ class CISPOLoss(PolicyLoss):
         kl_times_ratio: Multiply the per-token KL by the importance ratio (TRL's ``use_bias_correction_kl``).
     """
 
+    aggregation = "token-mean"
+
     def __init__(
         self,
         clip_high: float = 5.0,
@@ -65,7 +67,7 @@ class CISPOLoss(PolicyLoss):
         weight = torch.clamp(ratio, min=floor, max=self.clip_high).detach()
         per_token_loss = -weight * x.advantages * x.logprobs
         per_token_loss = per_token_loss + self._kl_penalty(x, "k3", ratio if self.kl_times_ratio else None)
-        loss = aggregate(per_token_loss, x.mask, "token-mean")
+        loss = aggregate(per_token_loss, x.mask, self.aggregation)
         with torch.no_grad():
             clipped = ratio > self.clip_high
             if floor is not None:

@@ -46,4 +46,4 @@ class DrGRPOLoss(GRPOLoss):
             kl_times_ratio=kl_times_ratio,
         )
         self.max_response_len = max_response_len
-        self._max_len = max_response_len
+        self.max_len = max_response_len

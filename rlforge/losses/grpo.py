@@ -62,7 +62,7 @@ class GRPOLoss(PolicyLoss):
         self.aggregation = aggregation
         self.dual_clip = dual_clip
         self.kl_times_ratio = kl_times_ratio
-        self._max_len: int | None = None  # constant normaliser of "seq-mean-token-sum-norm" (Dr.GRPO sets it)
+        self.max_len: int | None = None  # constant normaliser of "seq-mean-token-sum-norm" (Dr.GRPO sets it)
 
     def forward(
         self,
@@ -81,7 +81,7 @@ class GRPOLoss(PolicyLoss):
             per_token_loss = torch.where(adv < 0, torch.min(per_token_loss, -self.dual_clip * adv), per_token_loss)
         kl_ratio = ratio if self.kl_times_ratio else None
         per_token_loss = per_token_loss + self._kl_penalty(x, self.kl_estimator, kl_ratio)
-        loss = aggregate(per_token_loss, x.mask, self.aggregation, self._max_len)
+        loss = aggregate(per_token_loss, x.mask, self.aggregation, self.max_len)
         self._record(x, ratio)
         return loss
 

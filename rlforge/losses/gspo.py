@@ -58,7 +58,7 @@ class GSPOLoss(PolicyLoss):
         clipped_s = torch.clamp(s, 1 - self.clip_low, 1 + self.clip_high)
         per_token_loss = -torch.min(s * adv, clipped_s * adv)
         per_token_loss = per_token_loss + self._kl_penalty(x, "k3", s if self.kl_times_ratio else None)
-        loss = aggregate(per_token_loss, x.mask, "seq-mean-token-mean")
+        loss = aggregate(per_token_loss, x.mask, self.aggregation)
         with torch.no_grad():
             clipped = ((s < 1 - self.clip_low) & (adv < 0)) | ((s > 1 + self.clip_high) & (adv > 0))
             self.last_metrics["clip_frac"] = masked_fraction(clipped, x.valid)

@@ -70,7 +70,7 @@ class ReinforceLoss(PolicyLoss):
         else:
             self.last_metrics["clip_frac"] = 0.0
         per_token_loss = -weight * x.advantages * x.logprobs + self._kl_penalty(x, "k3")
-        loss = aggregate(per_token_loss, x.mask, "seq-mean-token-mean")
+        loss = aggregate(per_token_loss, x.mask, self.aggregation)
         self._record_ratio(ratio, x.valid)
         return loss
 
@@ -108,7 +108,7 @@ class SimpleGRPOLoss(PolicyLoss):
         x = self._prepare(logprobs, ref_logprobs, advantages, padding_mask, old_logprobs)
         ratio = torch.exp(x.log_ratio)
         per_token_loss = -(ratio * x.advantages) + self._kl_penalty(x, "k3")
-        loss = aggregate(per_token_loss, x.mask, "seq-mean-token-mean")
+        loss = aggregate(per_token_loss, x.mask, self.aggregation)
         self.last_metrics["clip_frac"] = 0.0
         self._record_ratio(ratio, x.valid)
         return loss

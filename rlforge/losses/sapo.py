@@ -58,7 +58,7 @@ class SAPOLoss(PolicyLoss):
         gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
         per_token_loss = -gate * adv
         per_token_loss = per_token_loss + self._kl_penalty(x, "k3", ratio if self.kl_times_ratio else None)
-        loss = aggregate(per_token_loss, x.mask, "seq-mean-token-mean")
+        loss = aggregate(per_token_loss, x.mask, self.aggregation)
         with torch.no_grad():
             sig = torch.sigmoid(tau * (ratio - 1))
             self.last_metrics["gate_mean"] = masked_stats(4 * sig * (1 - sig) * ratio, x.valid)[0]

@@ -187,8 +187,13 @@ def _prefixes(key: str) -> Iterator[str]:
 
 
 def generator_weights(policy: nn.Module) -> dict[str, torch.Tensor]:
-    """What a generator loads: ``merged_state_dict`` for a PEFT policy, else ``policy.state_dict()``."""
-    return merged_state_dict(policy) if is_peft_model(policy) else policy.state_dict()
+    """What a generator loads: ``merged_state_dict`` for a PEFT policy, else ``policy.state_dict()`` (gathered
+    from every rank when the policy is sharded: a collective, every rank calls it at a sync)."""
+    from rlforge.parallel.fsdp import full_state_dict, needs_gather
+
+    if is_peft_model(policy):
+        return merged_state_dict(policy)
+    return full_state_dict(policy) if needs_gather(policy) else policy.state_dict()
 
 
 def adapter_state_dict(policy: nn.Module) -> dict[str, torch.Tensor]:

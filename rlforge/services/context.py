@@ -28,6 +28,8 @@ class RunContext:
         log: Metric sink.
         rank: This process's rank in a data-parallel run (0 alone).
         world_size: Number of ranks (1 alone).
+        group_seeds: Each group samples from its own seed (``SamplingParams.seed``), drawn by the engine from
+            the run seed, so rollouts do not depend on how groups are split over ranks or batched.
     """
 
     seed: int = 0
@@ -38,3 +40,4 @@ class RunContext:
     log: MetricSink = _drop
     rank: int = 0
     world_size: int = 1
+    group_seeds: bool = False

@@ -76,5 +76,25 @@ class Strategy(ABC):
             services.envs = LocalEnvRunner(module.environment)
         return services, ctx.stage == "fit" and not module.supervised
 
+    def parallelize(self, ctx: RunContext, module: rlforge.RLModule) -> None:
+        """Shards the policy over the ``ctx.world_size`` ranks of a data-parallel fit (called after ``build``, so
+        generators and the reference model copied full weights). FSDP2 per decoder layer for an HF policy; a
+        policy that is sharded already (the titan backend's parallelize) is left as it is.
+
+        Raises:
+            ConfigError: The policy cannot be trained data-parallel here (a PEFT policy).
+        """
+        from rlforge.models.peft import is_peft_model
+        from rlforge.parallel.fsdp import is_sharded, shard_policy
+
+        if is_sharded(module.policy):
+            return
+        if is_peft_model(module.policy):
+            raise ConfigError(
+                f"a LoRA (PEFT) policy trains on one process; this run has {ctx.world_size} ranks (launch it "
+                "without torchrun/srun, or train the full model)"
+            )
+        shard_policy(module.policy, self.root_device)
+
     def teardown(self) -> None:
         """Stops workers and releases memory (idempotent)."""

@@ -58,15 +58,20 @@ class LocalStrategy(Strategy):
         if not rollouts:
             return services
         policy = module.policy
+        # Rank r > 0 samples from its own stream (multi-turn episodes, sampling_seeds="stream").
+        seed = ctx.seed + 7919 * ctx.rank
         generator = build_generator(
-            self.generator, policy, module.tokenizer, ctx.seed, policy_version=0, options=self.generator_options
+            self.generator, policy, module.tokenizer, seed, policy_version=0, options=self.generator_options
         )
         services.full_weights = lambda: generator_weights(policy)  # merged for a PEFT policy
         services.payload = services.full_weights
         if self.peft_sync == "adapter":  # only the LoRA tensors cross; the generator side merges them
             generator = MergingGenerator(generator, policy)
             services.payload = lambda: adapter_payload(policy)
-        services.generator, services.validate_on_generator = generator, self.generator == "vllm"
+        # With several ranks the policy is sharded (its forwards are collectives): validation samples on the
+        # generator whenever it holds the current weights, each rank on its share of the rows.
+        services.generator = generator
+        services.validate_on_generator = self.generator == "vllm" or ctx.world_size > 1
         if module.beta > 0 or module.needs_reference:
             services.reference = LocalReference(policy)
         return services

@@ -25,7 +25,10 @@ from rlforge.checkpoint_io import (
 )
 from rlforge.errors import CheckpointError
 from rlforge.models.peft import is_adapter_folder, is_peft_model, load_adapter
+from rlforge.parallel import barrier, broadcast_object
+from rlforge.parallel.fsdp import load_full_state_dict, load_optimizer_state, needs_gather
 from rlforge.trainer.call import call_hook
+from rlforge.trainer.checkpoint_ranks import gather_state, rank_state, save_policy
 
 if TYPE_CHECKING:
     import rlforge
@@ -77,17 +80,28 @@ def plain_state(obj: Any, where: str = "state") -> Any:
 def save(trainer: rlforge.RLTrainer, path: Path) -> Path:
     """Writes ``path/policy`` (loads with ``AutoModelForCausalLM.from_pretrained``; for a PEFT policy, the adapter
     folder ``peft.PeftModel.from_pretrained(base, path/policy)`` loads), ``path/trainer_state.pt`` and, last,
-    ``path/manifest.json``; everything is fsynced before the folder is renamed into place."""
+    ``path/manifest.json``; everything is fsynced before the folder is renamed into place.
+
+    With several ranks every rank calls it (the policy and optimizer are gathered) and rank 0 alone writes.
+    """
     state = build_state(trainer)
     call_hook(trainer, "on_save_checkpoint", state)
     state = plain_state(state)
-    module = trainer.module
+    module, weights = trainer.module, None
+    if trainer.world_size > 1:
+        weights = gather_state(trainer, state)
+        if not trainer.is_global_zero:
+            if weights is None:  # a policy that gathers in save_pretrained (titan): a collective, rank 0 writes
+                module.policy.save_pretrained(path / POLICY_DIR, safe_serialization=True)
+            barrier()
+            return path
     with atomic_directory(path) as tmp:
-        module.policy.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
+        save_policy(module.policy, tmp / POLICY_DIR, weights)
         if module.tokenizer is not None:
             module.tokenizer.save_pretrained(tmp / POLICY_DIR)
         torch.save(state, tmp / STATE_FILE)
         write_manifest(tmp)
+    barrier()  # the other ranks go on once the checkpoint exists
     return path
 
 
@@ -185,39 +199,56 @@ def restore(trainer: rlforge.RLTrainer, ckpt_path: str) -> Path:
     With ``"last"``, a damaged newest checkpoint is skipped for the newest one that verifies (one warning line
     says which); a folder named explicitly must verify.
     """
-    skipped: list[str] = []
-    for path in _candidates(trainer, ckpt_path):
+    path, skipped, error, loaded = None, [], None, None
+    if trainer.is_global_zero:  # one rank picks the checkpoint, so every rank resumes from the same one
         try:
-            state, weights = load_checkpoint(path)
-            break
+            path, skipped, loaded = _pick(trainer, ckpt_path)
         except CheckpointError as err:
-            if ckpt_path != "last":
-                raise
-            skipped.append(str(err))
-    else:
-        raise CheckpointError(f"ckpt_path='last': no usable checkpoint ({'; '.join(skipped)})")
+            error = str(err)
+    path, skipped, error = broadcast_object((path, skipped, error))
+    if error is not None:
+        raise CheckpointError(error)
+    state, weights = loaded if loaded is not None else load_checkpoint(path)
     step = int(state["progress"]["steps"])
-    if skipped:
+    if skipped and trainer.is_global_zero:
         log.warning(f"rlforge: warning: skipped damaged checkpoint(s) ({'; '.join(skipped)}); resuming from {path}")
-    print(f"rlforge: resuming from {path} (step {step})", flush=True)
-    if is_peft_model(trainer.module.policy) or is_adapter_folder(path / POLICY_DIR):
-        load_adapter(trainer.module.policy, path / POLICY_DIR)  # LoRA: only the adapters were saved
+    if trainer.is_global_zero:
+        print(f"rlforge: resuming from {path} (step {step})", flush=True)
+    policy = trainer.module.policy
+    if is_peft_model(policy) or is_adapter_folder(path / POLICY_DIR):
+        load_adapter(policy, path / POLICY_DIR)  # LoRA: only the adapters were saved
+    elif needs_gather(policy):
+        load_full_state_dict(policy, weights, str(path / POLICY_DIR))
     else:
-        _load_policy_weights(trainer.module.policy, weights, path / POLICY_DIR)
+        _load_policy_weights(policy, weights, path / POLICY_DIR)
     trainer.progress.load_state_dict(state["progress"])
     if trainer.optimizer is not None and state["optimizer"] is not None:
-        trainer.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(policy, trainer.optimizer, state["optimizer"])
     if trainer.lr_scheduler is not None and state["lr_scheduler"] is not None:
         trainer.lr_scheduler.load_state_dict(state["lr_scheduler"])
     trainer.datamodule.load_state_dict(state["datamodule"])
+    rng, strategy = rank_state(state, trainer.global_rank, trainer.world_size)
     if trainer.rollout is not None:
-        trainer.rollout.load_state_dict(state["strategy"])
+        trainer.rollout.load_state_dict(strategy)
     for cb in trainer.callbacks:
         if cb.state_key in state["callbacks"]:
             cb.load_state_dict(state["callbacks"][cb.state_key])
     for logger, logger_state in zip(trainer.loggers, state["loggers"], strict=False):
         logger.load_state_dict(logger_state)
     trainer.callback_metrics.update(state.get("callback_metrics", {}))
-    restore_rng_state(state["rng"])
+    restore_rng_state(rng)
     call_hook(trainer, "on_load_checkpoint", state)
     return path
+
+
+def _pick(trainer: rlforge.RLTrainer, ckpt_path: str) -> tuple[Path, list[str], Any]:
+    """The checkpoint to resume, the damaged ones skipped on the way (``"last"`` falls back) and its contents."""
+    skipped: list[str] = []
+    for path in _candidates(trainer, ckpt_path):
+        try:
+            return path, skipped, load_checkpoint(path)
+        except CheckpointError as err:
+            if ckpt_path != "last":
+                raise
+            skipped.append(str(err))
+    raise CheckpointError(f"ckpt_path='last': no usable checkpoint ({'; '.join(skipped)})")

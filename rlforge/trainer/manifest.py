@@ -63,8 +63,8 @@ def git_info(cwd: str | Path | None = None) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def write_manifest(path: Path, config: dict[str, Any] | None, seed: int, stage: str) -> None:
-    """Writes ``run.json`` next to the metrics, with ``status: running``."""
+def write_manifest(path: Path, config: dict[str, Any] | None, seed: int, stage: str, **extra: Any) -> None:
+    """Writes ``run.json`` next to the metrics, with ``status: running`` (``extra``: e.g. ``world_size``)."""
     atomic_write_json(
         path,
         {
@@ -77,6 +77,7 @@ def write_manifest(path: Path, config: dict[str, Any] | None, seed: int, stage: 
             "config": config,
             "versions": package_versions(),
             "hardware": hardware(),
+            **extra,
         },
     )
 

@@ -9,6 +9,8 @@ import torch
 
 from rlforge.errors import NonFiniteError
 from rlforge.metrics import Reduce
+from rlforge.parallel import all_reduce
+from rlforge.parallel.loss_scale import rank_loss_scale
 from rlforge.trainer.call import call_hook
 
 if TYPE_CHECKING:
@@ -22,9 +24,14 @@ def batch_tokens(batch: Any) -> float:
 
 
 def update(trainer: rlforge.RLTrainer, batch: Any) -> None:
-    """``ppo_epochs`` passes of minibatch updates over the batch, then one LR-scheduler step."""
+    """``ppo_epochs`` passes of minibatch updates over the batch, then one LR-scheduler step.
+
+    With several ranks ``batch`` is this rank's share and ``trainer.minibatch_size`` counts episodes over all
+    ranks: each optimizer step takes ``minibatch_size / world_size`` episodes from every rank.
+    """
     module, size = trainer.module, len(batch)
-    mb_size = min(trainer.minibatch_size or size, size)
+    per_rank = trainer.minibatch_size // trainer.world_size if trainer.minibatch_size else None
+    mb_size = min(per_rank or size, size)
     module.policy.train()
     batch_idx = 0
     for _ in range(trainer.ppo_epochs):
@@ -45,10 +52,12 @@ def update(trainer: rlforge.RLTrainer, batch: Any) -> None:
 def optimizer_step(trainer: rlforge.RLTrainer, minibatch: Any) -> torch.Tensor:
     """loss -> backward (per micro-batch) -> clip -> step (skipped, and counted, when anything is non-finite)."""
     module, optimizer = trainer.module, trainer.optimizer
+    # Several ranks: this rank's share of the global loss normaliser (1.0 alone); FSDP averages the gradients.
+    scale = rank_loss_scale(*module.loss_normalizer(minibatch)) if trainer.world_size > 1 else 1.0
     loss = torch.zeros(())
     for part, weight in module.split_for_accumulation(minibatch):
         out = module.training_step(part)
-        part_loss = (out["loss"] if isinstance(out, dict) else out) * weight
+        part_loss = (out["loss"] if isinstance(out, dict) else out) * (weight * scale)
         call_hook(trainer, "on_before_backward", part_loss)
         part_loss.backward()
         call_hook(trainer, "on_after_backward")
@@ -56,6 +65,10 @@ def optimizer_step(trainer: rlforge.RLTrainer, minibatch: Any) -> torch.Tensor:
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     max_norm = trainer.grad_clip if trainer.grad_clip else math.inf
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else torch.tensor(0.0)
+    if hasattr(grad_norm, "full_tensor"):  # sharded parameters: the norm is a replicated DTensor, global already
+        grad_norm = grad_norm.full_tensor()
+    if trainer.world_size > 1:  # the global loss, so every rank takes the same skip decision
+        loss = all_reduce(loss.double(), "sum") / trainer.world_size
     call_hook(trainer, "on_before_optimizer_step", optimizer)
     loss_value, norm_value = float(loss), float(grad_norm)
     if math.isfinite(loss_value) and math.isfinite(norm_value):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlforge.parallel.shard import check_divisible, rank_slice
 from rlforge.rollout import RolloutEngine
 from rlforge.services import RunContext, Services
 
@@ -21,13 +22,16 @@ class BatchSource(Protocol):
 
 
 class SupervisedBatches:
-    """Fixed (prompt, target) batches of a supervised module: no rollouts, nothing to sync."""
+    """Fixed (prompt, target) batches of a supervised module: no rollouts, nothing to sync. With several ranks,
+    each takes its contiguous share of every batch."""
 
     def __init__(self, datamodule: Any, module: RLModule, ctx: RunContext) -> None:
         self.datamodule, self.module, self.ctx = datamodule, module, ctx
+        check_divisible(datamodule.batch_size, ctx.world_size, "data.batch_size")
 
     def next(self, step: int) -> tuple[list[Group], Any]:
-        return [], self.module.collate(self.datamodule.next_batch()).to(self.ctx.device)
+        rows = rank_slice(self.datamodule.next_batch(), self.ctx.rank, self.ctx.world_size)
+        return [], self.module.collate(rows).to(self.ctx.device)
 
     def state_dict(self, policy_version: int, step_only: bool = False) -> dict[str, Any]:
         return {}

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlforge.metrics import Reduce, StepReducer, reduction_of
+from rlforge.parallel import all_gather_objects, is_distributed
 
 
 class StepMetrics:
@@ -42,12 +43,23 @@ class StepMetrics:
         self._values[name].append(float(value))
 
     def flush(self, step: int) -> dict[str, float]:
-        """Reduces what was logged, sends it to the loggers as ``step`` and returns it."""
-        metrics = {
-            name: self._reducer.reduce(name, values, self._reduce.get(name) or reduction_of(name))
-            for name, values in self._values.items()
-            if values
-        }
+        """Reduces what was logged, sends it to the loggers as ``step`` and returns it.
+
+        With several ranks each reduction is over every rank's values (torchmetrics syncs in ``compute``, a
+        collective): the ranks first agree on the names logged anywhere, so each computes the same metrics in
+        the same order, contributing nothing where it logged nothing.
+        """
+        logged = {name: self._reduce.get(name) or reduction_of(name) for name, values in self._values.items() if values}
+        if is_distributed():
+            for other in all_gather_objects(logged):
+                for name, reduce in other.items():
+                    logged.setdefault(name, reduce)
+            logged = dict(sorted(logged.items()))
+        metrics = {}
+        for name, reduce in logged.items():
+            value = self._reducer.reduce(name, self._values.get(name, []), reduce)
+            if value is not None:
+                metrics[name] = value
         self._values = defaultdict(list)
         self._flushed_step = step
         self._send(metrics, step)

@@ -28,10 +28,14 @@ from rlforge.errors import ConfigError
 from rlforge.loggers import CSVLogger, Logger
 from rlforge.metrics import Reduce
 from rlforge.module import RLModule
+from rlforge.parallel import broadcast_object
+from rlforge.parallel.fsdp import is_sharded
+from rlforge.parallel.shard import check_divisible
 from rlforge.services import RunContext, Services
 from rlforge.strategies import LocalStrategy, Strategy
 from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
+from rlforge.trainer.distributed import DistributedRun, check_sampling_seeds, validation_share
 from rlforge.trainer.manifest import finish_run, write_manifest
 from rlforge.trainer.optimization import batch_tokens, update
 from rlforge.trainer.progress import Progress
@@ -63,6 +67,12 @@ class RLTrainer:
         enable_progress_bar: Add a default ``ProgressBar`` when none is given.
         sync_interval: Push the policy's weights to the generator every N steps (``null``: 1, or what a
             ``WeightSync`` callback sets).
+        sampling_seeds: ``stream``: each generator samples from its own RNG stream. ``group``: each group
+            samples from its own seed drawn from ``seed``, so rollouts do not depend on how the groups are
+            batched or split over ranks (a 2-rank run samples what a 1-process run does). ``auto``: ``group``
+            with more than one rank, else ``stream``.
+        dist_timeout_s: With several ranks (``torchrun``, ``srun``): how long the rendezvous and every collective
+            may wait before the run stops with an error naming the cause.
     """
 
     def __init__(
@@ -82,6 +92,8 @@ class RLTrainer:
         enable_checkpointing: bool = True,
         enable_progress_bar: bool = True,
         sync_interval: int | None = None,
+        sampling_seeds: str = "auto",
+        dist_timeout_s: float = 300.0,
     ) -> None:
         for name, value in (("max_steps", max_steps), ("ppo_epochs", ppo_epochs), ("sync_interval", sync_interval)):
             if value is not None and value < 1:
@@ -94,18 +106,24 @@ class RLTrainer:
         self.max_steps, self.ppo_epochs, self.minibatch_size = max_steps, ppo_epochs, minibatch_size
         self.val_check_interval, self.val_at_start = val_check_interval or 0, val_at_start
         self.grad_clip, self.max_consecutive_skips = grad_clip, max_consecutive_skips
+        check_sampling_seeds(sampling_seeds)
+        if not dist_timeout_s > 0:
+            raise ConfigError(f"trainer.dist_timeout_s must be > 0, got {dist_timeout_s}")
         self.seed, self.default_root_dir = seed, default_root_dir
+        self.sampling_seeds, self.dist_timeout_s = sampling_seeds, dist_timeout_s
         self._sync_interval = sync_interval
         # A fresh strategy per trainer: the shared default object must never hold another run's workers.
         self.strategy: Strategy = LocalStrategy() if strategy is _DEFAULT_STRATEGY else strategy
         callbacks = configure_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
         self.callbacks: list[Callback] = order_callbacks(callbacks)
         if logger is True:
-            self.loggers: list[Logger] = [CSVLogger()]
+            self._loggers: list[Logger] = [CSVLogger()]
         elif logger is False or logger is None:
-            self.loggers = []
+            self._loggers = []
         else:
-            self.loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+            self._loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+        self.distributed: DistributedRun | None = None  # set by prepare: this process's rank in the run
+        self._run_dir: Path | None = None
 
         self.progress = Progress()
         self.module: RLModule | None = None
@@ -122,6 +140,26 @@ class RLTrainer:
         self.metrics = StepMetrics(self.loggers, self.callback_metrics)
 
     # ------------------------------------------------------------------------------------ properties
+    @property
+    def global_rank(self) -> int:
+        """This process's rank in a data-parallel run (0 alone)."""
+        return self.distributed.rank if self.distributed is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks of the run (``torchrun``/``srun`` tasks; 1 alone)."""
+        return self.distributed.world_size if self.distributed is not None else 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process writes the run folder, loggers and checkpoint files."""
+        return self.global_rank == 0
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """The run's loggers; empty on ranks other than 0 (one run writes one set of logs)."""
+        return self._loggers if self.is_global_zero else []
+
     @property
     def global_step(self) -> int:
         """Completed RL steps."""
@@ -150,7 +188,9 @@ class RLTrainer:
 
     @property
     def log_dir(self) -> Path:
-        """Folder of this run: the first logger's, else ``default_root_dir``."""
+        """Folder of this run: the first logger's, else ``default_root_dir`` (rank 0's, on every rank)."""
+        if self._run_dir is not None:
+            return self._run_dir
         return self.loggers[0].log_dir if self.loggers else Path(self.default_root_dir)
 
     def log(self, name: str, value: float | torch.Tensor, reduce: Reduce | str | None = None) -> None:
@@ -175,6 +215,9 @@ class RLTrainer:
         self.stage, self.module, self.should_stop = stage, module, False
         self.datamodule = datamodule if datamodule is not None else RLDataModule()
         module.trainer = self
+        if self.distributed is None or not self.distributed.active:
+            self.distributed = DistributedRun(self.strategy.root_device, self.dist_timeout_s)
+        self.metrics = StepMetrics(self.loggers, self.callback_metrics)
         self._bind_run_folder()
         seed_everything(self.seed)
         call_hook(self, "setup", stage)
@@ -186,9 +229,14 @@ class RLTrainer:
                 self.log("data/skipped_prompts", skipped, Reduce.SUM)
         ctx = RunContext(
             seed=self.seed, stage=stage, device=self.strategy.root_device, sync_interval=self.sync_interval,
-            max_steps=self.max_steps, log=self.log,
+            max_steps=self.max_steps, log=self.log, rank=self.global_rank, world_size=self.world_size,
+            group_seeds=self.distributed.group_seeds(self.sampling_seeds),
         )  # fmt: skip
+        if self.minibatch_size:
+            check_divisible(self.minibatch_size, self.world_size, "trainer.minibatch_size")
         self.services = self.strategy.build(ctx, module)
+        if stage == "fit" and self.world_size > 1:
+            self.strategy.parallelize(ctx, module)  # after build: generators and the reference copy full weights
         self.rollout = batch_source(self.services, self.datamodule, module, ctx)
         if stage == "fit":
             self._configure_optimizers()
@@ -206,7 +254,26 @@ class RLTrainer:
         call_hook(self, "on_weight_sync_end")
 
     def _bind_run_folder(self) -> None:
-        """Creates the run folder and checks it takes files now, so a bad path fails before step 1."""
+        """Creates the run folder and checks it takes files now, so a bad path fails before step 1.
+
+        Rank 0 alone creates it; the other ranks learn its path (checkpoints go under it)."""
+        self._run_dir = None
+        if self.world_size == 1:
+            self._create_run_folder()
+            return
+        folder, error = None, None
+        if self.is_global_zero:
+            try:
+                self._create_run_folder()
+                folder = str(self.log_dir)
+            except ConfigError as err:
+                error = str(err)
+        folder, error = broadcast_object((folder, error))
+        if error:
+            raise ConfigError(error)
+        self._run_dir = Path(folder)
+
+    def _create_run_folder(self) -> None:
         try:
             for logger in self.loggers:
                 if hasattr(logger, "bind"):
@@ -252,8 +319,10 @@ class RLTrainer:
                 self.services = self.rollout = None
                 for logger in self.loggers:
                     logger.finalize(status)
-                if manifest is not None:
+                if manifest is not None and self.is_global_zero:
                     finish_run(self, manifest, status, time.monotonic() - started)
+                if self.distributed is not None:
+                    self.distributed.close()
 
     # ---------------------------------------------------------------------------------------- the loop
     def _fit_loop(self) -> None:
@@ -300,6 +369,9 @@ class RLTrainer:
         rows = self.datamodule.val_dataset()
         if rows:
             sampler = self.services.current_sampler(self.policy_version)
+            # Ranks split the rows unless the sampler runs the sharded policy (its forwards are collectives).
+            if sampler is not self.services.sampler or not is_sharded(self.module.policy):
+                rows = validation_share(rows, self.global_rank, self.world_size)
             for name, value in validate_rows(self.module, sampler, rows, self.services.envs).items():
                 self.log(name, value)
             if self.module.supervised:
@@ -309,7 +381,10 @@ class RLTrainer:
     # -------------------------------------------------------------------------------------- bookkeeping
     def _write_manifest(self) -> Path:
         config, path = self.run_config, self.log_dir / "run.json"
-        write_manifest(path, config, self.seed, self.stage)
+        ranks = self.distributed.manifest_extra()  # a collective: every rank reports its host
+        if not self.is_global_zero:
+            return path
+        write_manifest(path, config, self.seed, self.stage, **ranks)
         for logger in self.loggers:
             logger.log_hyperparams(config or {"seed": self.seed, "max_steps": self.max_steps})
         return path

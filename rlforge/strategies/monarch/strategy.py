@@ -126,6 +126,12 @@ class MonarchStrategy(Strategy):
         return self.generator.backend
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
+        if ctx.world_size > 1:
+            raise ConfigError(
+                f"MonarchStrategy drives its generator, reference and reward actors from one trainer process; this "
+                f"run has {ctx.world_size} ranks (torchrun/srun). Launch the trainer once (scripts/launch_monarch.py "
+                "puts the services on other hosts), or use LocalStrategy for a data-parallel run"
+            )
         services, rollouts = self.place(ctx, module)
         self._check_env(module)
         remote_envs = self.env is not None  # checked: the module has an environment
