@@ -12,6 +12,7 @@ munge`` packages (SLURM 22.05); without them the test is skipped with the instal
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rlforge import Callback
 
 BINARIES = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "sinfo", "scontrol", "scancel", "munged")
 SKIP_REASON = (
@@ -263,3 +266,19 @@ def slurm_cluster(root: Path | str) -> Iterator[dict[str, str]]:
         shutil.rmtree(run_dir, ignore_errors=True)
         if errors:
             raise RuntimeError("; ".join(errors))
+
+
+class RecordGeneratorEnvironment(Callback):
+    """A callback (``--trainer.callbacks``) writing each generator process's SLURM variables to ``path`` as JSON,
+    read from ``/proc/<pid>/environ``: proof that the generator runs inside the SLURM job (one host only)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_start(self, trainer, module) -> None:
+        found = {}
+        for pid in trainer.strategy.generator_pids():
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                pairs = (item.decode(errors="replace").partition("=") for item in f.read().split(b"\0") if item)
+                found[pid] = {key: value for key, _, value in pairs if key.startswith("SLURM_")}
+        Path(self.path).write_text(json.dumps(found))
