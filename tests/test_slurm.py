@@ -96,4 +96,4 @@ def test_sbatch_example_is_valid_bash_and_runs_rlforge_fit():
     directives = dict(re.findall(r"^#SBATCH --([\w-]+)=?(\S*)", text, re.MULTILINE))
     assert directives["nodes"] == "2" and directives["ntasks-per-node"] == directives["gpus-per-node"] == "8"
     assert {"cpus-per-task", "time"} <= set(directives)
-    assert "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)" in text
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
