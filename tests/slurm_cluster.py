@@ -222,6 +222,7 @@ def slurm_cluster(root: Path | str) -> Iterator[dict[str, str]]:
     conf = write_slurm_conf(root, run_dir, munge_socket)
     env = {**os.environ, "PATH": SEARCH_PATH, "SLURM_CONF": str(conf)}
     daemons: list[_Daemon] = []
+    up = False
     try:
         munged = _Daemon(
             "munged",
@@ -253,10 +254,11 @@ def slurm_cluster(root: Path | str) -> Iterator[dict[str, str]]:
                 )
             time.sleep(0.3)
             state = _node_state(env)
+        up = True
         yield env
     finally:
         errors = []
-        if len(daemons) == 3:
+        if up:
             _cancel_all(env)
         for daemon in reversed(daemons):  # slurmd, slurmctld, then munged (they authenticate through it)
             try:
