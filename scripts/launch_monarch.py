@@ -9,13 +9,18 @@ to the ``generators`` hosts, reward workers to the ``rewards`` hosts. Anything a
     python scripts/launch_monarch.py --scheduler slurm --generators 2 --rewards 1 --partition gpu \\
         --gpus-per-node 8 -- --config configs/grpo_gsm8k_qwen3_1_7b.yaml
 
+    # SLURM, everything on one node whose hostname resolves only to 127.0.0.1 (a workstation, a test cluster)
+    python scripts/launch_monarch.py --scheduler slurm --generators 1 --bind-address 127.0.0.1 -- ...
+
     # Kubernetes (pods labelled for the meshes `generators` and `rewards`, see monarch.job.KubernetesJob)
     python scripts/launch_monarch.py --scheduler kubernetes --namespace rl --generators 2 --rewards 1 -- ...
 
     # Simulate several hosts on this machine (one local worker process per "host")
     python scripts/launch_monarch.py --scheduler local --generators 2 -- --trainer.max_steps 20
 
-The job is killed when ``rlforge fit`` exits (``--keep-job`` keeps it for the next launch).
+The job is killed when ``rlforge fit`` exits (``--keep-job`` keeps it for the next launch). SLURM workers
+write ``slurm_<job id>_*.out``/``.err`` next to ``--job-file``. SLURM 22.05-23.02 work too: the job is a
+``CompatSlurmJob`` (``rlforge/strategies/monarch/slurm.py``), which reads their ``squeue --json``.
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ def main() -> None:
     parser.add_argument("--keep-job", action="store_true")
     args, fit_args = parser.parse_known_args()
     fit_args = [a for a in fit_args if a != "--"]
+    if args.bind_address and args.scheduler != "slurm":
+        parser.error("--bind-address applies to --scheduler slurm only")
 
     mesh.prepare_environment()
     if args.bind_address:
