@@ -108,6 +108,22 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+def run_on_rank_zero(fn: Any) -> Any:
+    """``fn()`` run by rank 0 alone; its result, or the rlforge error it raised, on every rank."""
+    if not is_distributed():
+        return fn()
+    result, error = None, None
+    if rank() == 0:
+        try:
+            result = fn()
+        except RLForgeError as err:
+            error = err
+    result, error = broadcast_object((result, error))
+    if error is not None:
+        raise error
+    return result
+
+
 def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """``tensor`` reduced over ranks in place (``sum`` or ``max``); returned for chaining."""
     if is_distributed():

@@ -25,11 +25,11 @@ from rlforge.checkpoint_io import seed_everything, unwritable_reason
 from rlforge.data import RLDataModule
 from rlforge.data.limits import model_prompt_limit
 from rlforge.errors import ConfigError
-from rlforge.loggers import CSVLogger, Logger
+from rlforge.loggers import Logger, configure_loggers
 from rlforge.metrics import Reduce
 from rlforge.module import RLModule
-from rlforge.parallel import broadcast_object
 from rlforge.parallel.fsdp import is_sharded
+from rlforge.parallel.process_group import run_on_rank_zero
 from rlforge.parallel.shard import check_divisible
 from rlforge.services import RunContext, Services
 from rlforge.strategies import LocalStrategy, Strategy
@@ -116,12 +116,7 @@ class RLTrainer:
         self.strategy: Strategy = LocalStrategy() if strategy is _DEFAULT_STRATEGY else strategy
         callbacks = configure_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
         self.callbacks: list[Callback] = order_callbacks(callbacks)
-        if logger is True:
-            self._loggers: list[Logger] = [CSVLogger()]
-        elif logger is False or logger is None:
-            self._loggers = []
-        else:
-            self._loggers = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+        self._loggers: list[Logger] = configure_loggers(logger)
         self.distributed: DistributedRun | None = None  # set by prepare: this process's rank in the run
         self._run_dir: Path | None = None
 
@@ -258,22 +253,11 @@ class RLTrainer:
 
         Rank 0 alone creates it; the other ranks learn its path (checkpoints go under it)."""
         self._run_dir = None
-        if self.world_size == 1:
-            self._create_run_folder()
-            return
-        folder, error = None, None
-        if self.is_global_zero:
-            try:
-                self._create_run_folder()
-                folder = str(self.log_dir)
-            except ConfigError as err:
-                error = str(err)
-        folder, error = broadcast_object((folder, error))
-        if error:
-            raise ConfigError(error)
-        self._run_dir = Path(folder)
+        folder = run_on_rank_zero(self._create_run_folder)
+        if self.world_size > 1:
+            self._run_dir = Path(folder)
 
-    def _create_run_folder(self) -> None:
+    def _create_run_folder(self) -> str:
         try:
             for logger in self.loggers:
                 if hasattr(logger, "bind"):
@@ -285,6 +269,7 @@ class RLTrainer:
         reason = unwritable_reason(self.log_dir)
         if reason is not None:
             raise ConfigError(f"trainer.default_root_dir: cannot write the run folder {self.log_dir} ({reason})")
+        return str(self.log_dir)
 
     def _run(self, stage: str, module: RLModule, datamodule: RLDataModule | None, ckpt_path: str | None) -> None:
         status, started, manifest = "failed", time.monotonic(), None
