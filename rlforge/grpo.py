@@ -133,6 +133,11 @@ class GRPOModule(PolicyModule):
             raise ConfigError(f"module.max_reward_error_frac must be in [0, 1], got {max_reward_error_frac}")
         if sampling.greedy:
             raise ConfigError("module.sampling.temperature must be > 0 for RL rollouts (0 is greedy: no exploration)")
+        if sampling.seed is not None:  # one fixed seed would draw the same samples at every step
+            raise ConfigError(
+                "module.sampling.seed is set per request by the rollout engine; seed the run with trainer.seed "
+                "(and trainer.sampling_seeds: group for per-group seeds)"
+            )
         if sampling.n not in (1, group_size):
             raise ConfigError(
                 f"module.sampling.n ({sampling.n}) conflicts with module.group_size ({group_size}); set group_size only"
