@@ -82,6 +82,10 @@ class KVDecoder:
             return False
         if total_len > getattr(config, "max_position_embeddings", total_len):
             return False
+        from rlforge.parallel.fsdp import is_sharded
+
+        if is_sharded(model):  # reading the weights directly would bypass FSDP's all-gathers: HF forward instead
+            return False
         window = getattr(config, "sliding_window", None)
         layer_types = getattr(config, "layer_types", None) or []
         sliding = getattr(config, "use_sliding_window", True) and window is not None and window < total_len

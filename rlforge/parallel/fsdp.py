@@ -61,7 +61,9 @@ def shard_policy(model: nn.Module, device: torch.device) -> nn.Module:
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     for layer in layers:
         fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    # The root too reshards after its forward: a forward without backward (validation sampling, a no-grad
+    # logprob pass) would otherwise leave unsharded parameters registered, which the optimizer does not hold.
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)
     return model
 
 

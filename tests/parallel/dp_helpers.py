@@ -30,14 +30,14 @@ def env() -> dict[str, str]:
     }
 
 
-def fit(flags: list[str], ranks: int = 1, timeout: float = 300, extra_env: dict | None = None):
-    """`rlforge fit` alone (``ranks=1``) or under torchrun with ``ranks`` gloo processes on 127.0.0.1."""
+def fit(flags: list[str], ranks: int = 1, timeout: float = 300, extra_env: dict | None = None, command: str = "fit"):
+    """`rlforge fit` (or ``command``) alone (``ranks=1``) or under torchrun with ``ranks`` gloo processes."""
     if ranks == 1:
-        cmd = [sys.executable, "-m", "rlforge", "fit", *flags]
+        cmd = [sys.executable, "-m", "rlforge", command, *flags]
     else:
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "rlforge", "fit", *flags,
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "rlforge", command, *flags,
         ]  # fmt: skip
     return subprocess.run(
         cmd, cwd=REPO, env={**env(), **(extra_env or {})}, capture_output=True, text=True, timeout=timeout
