@@ -210,6 +210,8 @@ class TitanPolicy(nn.Module):
         positions = torch.arange(width, device=input_ids.device).expand(batch, width)
         masks = None if self.attention == "ScaledDotProductAttention" else self.model.get_attention_masks(positions)
         logits = self.model(input_ids, positions=positions if masks is not None else None, attention_masks=masks)
+        if hasattr(logits, "full_tensor"):  # tensor parallel: lm_head's output is sharded over the vocabulary
+            logits = logits.full_tensor()
         if start is not None:
             back = (torch.arange(width, device=logits.device)[None] - start[:, None]) % width
             logits = logits.gather(1, back[..., None].expand(-1, -1, logits.shape[-1]))
@@ -272,12 +274,20 @@ class TitanPolicy(nn.Module):
             else:
                 param.copy_(full)
 
-    def save_pretrained(self, path: str | Path, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Writes an HF folder (``config.json`` + ``model.safetensors``) that ``from_pretrained`` loads."""
+    def save_pretrained(
+        self, path: str | Path, safe_serialization: bool = True, is_main_process: bool | None = None, **kwargs: Any
+    ) -> None:
+        """Writes an HF folder (``config.json`` + ``model.safetensors``) that ``from_pretrained`` loads.
+
+        A collective when parallelized (every rank gathers); ``is_main_process`` (HF's argument) says whether this
+        rank writes: by default rank 0 alone (one checkpoint), ``True`` for a folder of each rank's own (an engine).
+        """
         from safetensors.torch import save_file
 
         weights = self.state_dict()
-        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        if is_main_process is None:
+            is_main_process = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+        if not is_main_process:
             return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
