@@ -117,7 +117,8 @@ class VLLMGenerator:
             **kwargs: ``VLLMGenerator`` arguments.
         """
         folder = tempfile.TemporaryDirectory(prefix="rlforge-vllm-model-")
-        policy.save_pretrained(folder.name, safe_serialization=True)
+        # Every rank's engine reads its own folder (a sharded titan policy writes on rank 0 alone by default).
+        policy.save_pretrained(folder.name, safe_serialization=True, is_main_process=True)
         tokenizer.save_pretrained(folder.name)
         generator = cls(folder.name, tokenizer=tokenizer, **kwargs)
         generator._model_tmp = folder  # removed with the generator

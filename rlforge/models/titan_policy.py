@@ -47,6 +47,7 @@ class TitanPolicy(nn.Module):
         # e.g. "ScaledDotProductAttention", "FlexAttention" (the config class is nested in its module class)
         self.attention = type(spec.model.layers[0].attention.inner_attention).__qualname__.split(".")[0]
         self.parallel_dims: Any = None
+        self._parallel_args: dict[str, Any] | None = None  # how `parallelize` was called (copies repeat it)
 
     # ------------------------------------------------------------------------------------ building
     @classmethod
@@ -84,11 +85,7 @@ class TitanPolicy(nn.Module):
             generation_config = None
         spec = titan_spec(hf_config, flavor, resolve_attention(attention, device))
         policy = cls(spec, hf_config, generation_config)
-        policy.model.to_empty(device=device)
-        policy.model.to(_DTYPES[dtype])
-        with torch.no_grad():
-            # Recomputes the RoPE caches (buffers) on `device` in fp32; the parameters are overwritten below.
-            policy.model.init_states(buffer_device=device)
+        policy._materialize(device, _DTYPES[dtype])
         hf_model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=_DTYPES[dtype])
         policy.load_state_dict(hf_model.state_dict())
         del hf_model
@@ -98,6 +95,33 @@ class TitanPolicy(nn.Module):
             # fully_shard shards the loaded parameters in place (each rank loaded the full checkpoint).
             policy.parallelize(tensor_parallel_degree, device, dtype)
         return policy
+
+    def _materialize(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Allocates the meta-built model on ``device`` in ``dtype``; the parameters are loaded afterwards."""
+        self.model.to_empty(device=device)
+        self.model.to(dtype)
+        with torch.no_grad():
+            # Recomputes the RoPE caches (buffers) on `device` in fp32.
+            self.model.init_states(buffer_device=device)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TitanPolicy:
+        """An independent policy with the same weights (the reference model's copy).
+
+        FSDP2 modules refuse ``copy.deepcopy``, so the copy is rebuilt from the spec, loaded with the full
+        weights and, for a parallelized policy, parallelized the same way (a collective: every rank copies).
+        """
+        weight = next(self.model.parameters())
+        device = weight.to_local().device if hasattr(weight, "to_local") else weight.device
+        twin = type(self)(self.spec, self.config, self.generation_config)
+        twin._materialize(device, weight.dtype)
+        twin.load_state_dict(self.state_dict())
+        if self._parallel_args is not None:
+            twin.parallelize(**self._parallel_args)
+        flags = {name: p.requires_grad for name, p in self.named_parameters()}
+        for name, param in twin.named_parameters():
+            param.requires_grad_(flags[name])
+        memo[id(self)] = twin
+        return twin.train(self.training)
 
     def parallelize(
         self,
@@ -130,6 +154,10 @@ class TitanPolicy(nn.Module):
         # "partial_dtensor" backend (DTensor for model-parallel axes only) is plain FSDP2 and works.
         parallelism = ParallelismConfig(tensor_parallel_degree=tensor_parallel_degree, spmd_backend=spmd_backend)
         self.parallel_dims = ParallelDims.from_config(parallelism, torch.distributed.get_world_size())
+        self._parallel_args = {
+            "tensor_parallel_degree": tensor_parallel_degree, "device": device, "dtype": dtype,
+            "spmd_backend": spmd_backend,
+        }  # fmt: skip
         training = TrainingConfig(mixed_precision_param=dtype, mixed_precision_reduce="float32")
         self.model = self.spec.parallelize_fn(
             self.model,
@@ -182,6 +210,8 @@ class TitanPolicy(nn.Module):
         positions = torch.arange(width, device=input_ids.device).expand(batch, width)
         masks = None if self.attention == "ScaledDotProductAttention" else self.model.get_attention_masks(positions)
         logits = self.model(input_ids, positions=positions if masks is not None else None, attention_masks=masks)
+        if hasattr(logits, "full_tensor"):  # tensor parallel: lm_head's output is sharded over the vocabulary
+            logits = logits.full_tensor()
         if start is not None:
             back = (torch.arange(width, device=logits.device)[None] - start[:, None]) % width
             logits = logits.gather(1, back[..., None].expand(-1, -1, logits.shape[-1]))
@@ -244,12 +274,20 @@ class TitanPolicy(nn.Module):
             else:
                 param.copy_(full)
 
-    def save_pretrained(self, path: str | Path, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Writes an HF folder (``config.json`` + ``model.safetensors``) that ``from_pretrained`` loads."""
+    def save_pretrained(
+        self, path: str | Path, safe_serialization: bool = True, is_main_process: bool | None = None, **kwargs: Any
+    ) -> None:
+        """Writes an HF folder (``config.json`` + ``model.safetensors``) that ``from_pretrained`` loads.
+
+        A collective when parallelized (every rank gathers); ``is_main_process`` (HF's argument) says whether this
+        rank writes: by default rank 0 alone (one checkpoint), ``True`` for a folder of each rank's own (an engine).
+        """
         from safetensors.torch import save_file
 
         weights = self.state_dict()
-        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        if is_main_process is None:
+            is_main_process = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+        if not is_main_process:
             return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)

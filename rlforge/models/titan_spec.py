@@ -116,7 +116,8 @@ def titan_spec(hf_config: Any, flavor: str | None, attention: str) -> Any:
         raise ConfigError(f"titan backend supports Qwen3 checkpoints, got model_type {hf_config.model_type!r}")
     if flavor is None:
         spec = model_registry("debugmodel", attn_backend="flex")
-        return dataclasses.replace(spec, flavor="from-hf-config", model=qwen3_config_from_hf(hf_config, attention))
+        model = _with_sharding(qwen3_config_from_hf(hf_config, attention))
+        return dataclasses.replace(spec, flavor="from-hf-config", model=model)
     if flavor not in qwen3_configs:
         raise ConfigError(f"module.titan_flavor {flavor!r} is not a torchtitan Qwen3 flavor: {sorted(qwen3_configs)}")
     spec = model_registry(flavor, attn_backend="flex" if attention == "sdpa" else attention)
@@ -135,4 +136,15 @@ def titan_spec(hf_config: Any, flavor: str | None, attention: str) -> Any:
     if attention == "sdpa":
         for layer in model.layers:
             layer.attention.inner_attention = _inner_attention("sdpa")
+    _with_sharding(model)
     return spec
+
+
+def _with_sharding(model: Any) -> Any:
+    """Fills the tensor-parallel plan into ``model``'s sub-configs (torchtitan's trainer does it in
+    ``update_from_config``); without it ``parallelize`` with ``tensor_parallel_degree > 1`` shards nothing over
+    the TP ranks. Axes of degree 1 are skipped at parallelize time, so FSDP-only runs are unchanged."""
+    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config
+
+    set_qwen3_sharding_config(model, enable_sp=False, enable_ep=False)
+    return model

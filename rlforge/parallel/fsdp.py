@@ -32,6 +32,19 @@ def needs_gather(model: nn.Module) -> bool:
     return is_sharded(model) and not callable(getattr(model, "to_hf_model", None))
 
 
+def data_parallel_coords(model: nn.Module, rank: int, world_size: int) -> tuple[int, int]:
+    """This rank's ``(index, count)`` among the data-parallel replicas of ``model``.
+
+    Every rank is one replica, except under tensor parallelism (the titan backend's ``parallel_dims.tp > 1``):
+    the ranks of one TP group hold the same batch, so they are one replica (torchtitan's ``batch`` mesh).
+    """
+    dims = getattr(model, "parallel_dims", None)
+    if dims is None or dims.tp <= 1:
+        return rank, world_size
+    mesh = dims.get_optional_mesh("batch")  # None when the data-parallel degree is 1
+    return (mesh.get_local_rank(), mesh.size()) if mesh is not None else (0, 1)
+
+
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated transformer blocks of an HF causal LM (``model.model.layers`` and its kin)."""
     for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):

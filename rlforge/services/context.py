@@ -26,8 +26,8 @@ class RunContext:
         sync_interval: Steps between weight syncs (the ``WeightSync`` callback's).
         max_steps: Steps of the run (prefetching stops before the last).
         log: Metric sink.
-        rank: This process's rank in a data-parallel run (0 alone).
-        world_size: Number of ranks (1 alone).
+        rank: This process's data-parallel rank (0 alone; the ranks of one tensor-parallel group share it).
+        world_size: Number of data-parallel replicas (1 alone).
         group_seeds: Each group samples from its own seed (``SamplingParams.seed``), drawn by the engine from
             the run seed, so rollouts do not depend on how groups are split over ranks or batched.
     """

@@ -14,6 +14,7 @@ from lightning_utilities.core.rank_zero import rank_zero_only
 from rlforge.errors import ConfigError
 from rlforge.parallel import all_gather_objects
 from rlforge.parallel.cluster import ClusterEnvironment, detect_cluster
+from rlforge.parallel.fsdp import data_parallel_coords
 from rlforge.parallel.process_group import destroy_process_group, init_process_group
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class DistributedRun:
         self._owns_group = init_process_group(self.cluster, device, timeout_s)
         self.active = True
         rank_zero_only.rank = self.cluster.rank  # progress bars and rank_zero_only prints follow the run
+        # Data-parallel coordinates: every rank, until a tensor-parallel policy groups ranks (bind_policy).
+        self.dp_rank, self.dp_size = self.cluster.rank, self.cluster.world_size
 
     @property
     def rank(self) -> int:
@@ -58,6 +61,11 @@ class DistributedRun:
     @property
     def world_size(self) -> int:
         return self.cluster.world_size
+
+    def bind_policy(self, policy: Any) -> None:
+        """Takes the data-parallel coordinates from ``policy``: the ranks of a tensor-parallel group are one
+        replica and train on the same groups (``rlforge.parallel.fsdp.data_parallel_coords``)."""
+        self.dp_rank, self.dp_size = data_parallel_coords(policy, self.rank, self.world_size)
 
     def group_seeds(self, sampling_seeds: str) -> bool:
         """Whether groups sample from their own seeds (``auto``: with more than one rank)."""

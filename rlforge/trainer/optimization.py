@@ -27,10 +27,10 @@ def update(trainer: rlforge.RLTrainer, batch: Any) -> None:
     """``ppo_epochs`` passes of minibatch updates over the batch, then one LR-scheduler step.
 
     With several ranks ``batch`` is this rank's share and ``trainer.minibatch_size`` counts episodes over all
-    ranks: each optimizer step takes ``minibatch_size / world_size`` episodes from every rank.
+    ranks: each optimizer step takes ``minibatch_size / data_parallel_size`` episodes from every rank.
     """
     module, size = trainer.module, len(batch)
-    per_rank = trainer.minibatch_size // trainer.world_size if trainer.minibatch_size else None
+    per_rank = trainer.minibatch_size // trainer.data_parallel_size if trainer.minibatch_size else None
     mb_size = min(per_rank or size, size)
     module.policy.train()
     batch_idx = 0

@@ -146,6 +146,11 @@ class RLTrainer:
         return self.distributed.world_size if self.distributed is not None else 1
 
     @property
+    def data_parallel_size(self) -> int:
+        """Number of data-parallel replicas (``world_size / tensor_parallel_degree``; 1 alone)."""
+        return self.distributed.dp_size if self.distributed is not None else 1
+
+    @property
     def is_global_zero(self) -> bool:
         """Whether this process writes the run folder, loggers and checkpoint files."""
         return self.global_rank == 0
@@ -217,6 +222,7 @@ class RLTrainer:
         seed_everything(self.seed)
         call_hook(self, "setup", stage)
         module.configure_model()
+        self.distributed.bind_policy(module.policy)  # a tensor-parallel group is one data-parallel replica
         self.datamodule.setup()
         if hasattr(self.datamodule, "limit_prompt_lengths"):  # before any rollout: a 1 MB prompt would never finish
             skipped = self.datamodule.limit_prompt_lengths(module.encode_prompt, *model_prompt_limit(module))
@@ -224,11 +230,11 @@ class RLTrainer:
                 self.log("data/skipped_prompts", skipped, Reduce.SUM)
         ctx = RunContext(
             seed=self.seed, stage=stage, device=self.strategy.root_device, sync_interval=self.sync_interval,
-            max_steps=self.max_steps, log=self.log, rank=self.global_rank, world_size=self.world_size,
+            max_steps=self.max_steps, log=self.log, rank=self.distributed.dp_rank, world_size=self.data_parallel_size,
             group_seeds=self.distributed.group_seeds(self.sampling_seeds),
         )  # fmt: skip
         if self.minibatch_size:
-            check_divisible(self.minibatch_size, self.world_size, "trainer.minibatch_size")
+            check_divisible(self.minibatch_size, self.data_parallel_size, "trainer.minibatch_size")
         self.services = self.strategy.build(ctx, module)
         if stage == "fit" and self.world_size > 1:
             self.strategy.parallelize(ctx, module)  # after build: generators and the reference copy full weights

@@ -40,13 +40,19 @@ def _worker(rank: int, path: str, port: int, out: str, tp: int) -> None:
         policy = TitanPolicy.from_pretrained(path, tensor_parallel_degree=tp)  # parallelize: world size > 1
         assert policy.parallel_dims is not None
         sharded = type(next(policy.model.parameters())).__name__
-        ids = _batch(policy.config.vocab_size)[rank : rank + 1]  # each rank its own half of the batch
-        loss = _one_step(policy, ids)
+        local = sum(p.to_local().numel() for p in policy.model.parameters()) / sum(
+            p.numel() for p in policy.model.parameters()
+        )  # this rank's share of the parameters
+        ids = _batch(policy.config.vocab_size)
+        # FSDP: each rank its own half of the batch; TP: one replica, both ranks the whole batch.
+        loss = _one_step(policy, ids if tp > 1 else ids[rank : rank + 1])
         weights = policy.state_dict()  # full, gathered HF-named weights
+        # An engine's folder (VLLMGenerator.from_policy): every rank writes its own.
+        policy.save_pretrained(f"{out}.rank{rank}", is_main_process=True)
         losses = [None] * WORLD
         torch.distributed.all_gather_object(losses, loss)
         if rank == 0:
-            torch.save({"loss": sum(losses) / WORLD, "weights": weights, "param_type": sharded}, out)
+            torch.save({"loss": sum(losses) / WORLD, "weights": weights, "param_type": sharded, "local": local}, out)
     finally:
         torch.distributed.destroy_process_group()
 
@@ -61,18 +67,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_fsdp2_step_matches_single_process(tiny_policy_dir, tmp_path):
+@pytest.mark.parametrize("tp", [1, 2])  # FSDP 2, or tensor parallel 2 (x DP 1)
+def test_fsdp2_step_matches_single_process(tiny_policy_dir, tmp_path, tp):
     out = tmp_path / "rank0.pt"
-    torch.multiprocessing.spawn(_worker, args=(tiny_policy_dir, _free_port(), str(out), 1), nprocs=WORLD)
+    torch.multiprocessing.spawn(_worker, args=(tiny_policy_dir, _free_port(), str(out), tp), nprocs=WORLD)
     result = torch.load(out)
-    assert result["param_type"] == "DTensor"  # parameters really are FSDP2-sharded
+    assert result["param_type"] == "DTensor"  # parameters really are sharded
+    # Each rank holds about half of the parameters (TP replicates the norms, the rest is split).
+    assert result["local"] < 0.6, result["local"]
+    for rank in range(WORLD):
+        assert (tmp_path / f"rank0.pt.rank{rank}" / "model.safetensors").is_file()
 
     single = TitanPolicy.from_pretrained(tiny_policy_dir)
     loss = _one_step(single, _batch(single.config.vocab_size))  # the whole batch in one process
     assert abs(result["loss"] - loss) < 1e-5
     ref = single.state_dict()
     diff = max((result["weights"][k] - ref[k]).abs().max().item() for k in ref)
-    print(f"\nFSDP2 (2 ranks, half batch each) vs one process (full batch), one SGD step: max weight diff {diff:.2e}")
+    print(f"\n2 ranks (tp={tp}) vs one process (full batch), one SGD step: max weight diff {diff:.2e}")
     assert diff < 1e-5
     start = load_policy(tiny_policy_dir)[0].state_dict()
     assert max((ref[k] - start[k]).abs().max().item() for k in ref) > 1e-3  # the step really moved weights
