@@ -23,6 +23,14 @@ def batch_tokens(batch: Any) -> float:
     return float(mask.sum()) if mask is not None else float(batch.num_label_tokens)
 
 
+def configure_optimizers(module: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """``(optimizer, lr_scheduler or None)`` from ``module.configure_optimizers()`` (optimizer or Lightning's dict)."""
+    out = module.configure_optimizers()
+    if isinstance(out, dict):
+        return out["optimizer"], out.get("lr_scheduler")
+    return out, None
+
+
 def update(trainer: rlforge.RLTrainer, batch: Any) -> None:
     """``ppo_epochs`` passes of minibatch updates over the batch, then one LR-scheduler step.
 

@@ -37,7 +37,7 @@ from rlforge.trainer import checkpointing
 from rlforge.trainer.call import call_exception_hooks, call_hook, order_callbacks
 from rlforge.trainer.distributed import DistributedRun, check_sampling_seeds, validation_share
 from rlforge.trainer.manifest import finish_run, write_manifest
-from rlforge.trainer.optimization import batch_tokens, update
+from rlforge.trainer.optimization import batch_tokens, configure_optimizers, update
 from rlforge.trainer.progress import Progress
 from rlforge.trainer.sources import BatchSource, batch_source
 from rlforge.trainer.step_metrics import StepMetrics
@@ -240,7 +240,7 @@ class RLTrainer:
             self.strategy.parallelize(ctx, module)  # after build: generators and the reference copy full weights
         self.rollout = batch_source(self.services, self.datamodule, module, ctx)
         if stage == "fit":
-            self._configure_optimizers()
+            self.optimizer, self.lr_scheduler = configure_optimizers(module)
 
     def rollout_state(self, step_only: bool = False) -> dict[str, Any]:
         """Generator-side state for checkpoints (``step_only``: the part a step changes before its weights do)."""
@@ -379,13 +379,6 @@ class RLTrainer:
         for logger in self.loggers:
             logger.log_hyperparams(config or {"seed": self.seed, "max_steps": self.max_steps})
         return path
-
-    def _configure_optimizers(self) -> None:
-        out = self.module.configure_optimizers()
-        if isinstance(out, dict):
-            self.optimizer, self.lr_scheduler = out["optimizer"], out.get("lr_scheduler")
-        else:
-            self.optimizer, self.lr_scheduler = out, None
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Writes a full checkpoint (HF policy folder + trainer state) atomically to ``path``."""
