@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rlforge.errors import ConfigError
 from rlforge.generation.factory import check_generator_name
 from rlforge.models.peft import generator_weights, is_peft_model
+from rlforge.parallel import world_size
 from rlforge.services import LocalReference, RunContext, Services, Staleness
 from rlforge.strategies.base import Strategy
 from rlforge.strategies.monarch import mesh, placement
@@ -126,10 +127,11 @@ class MonarchStrategy(Strategy):
         return self.generator.backend
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
-        if ctx.world_size > 1:
+        ranks = world_size()  # every rank, tensor-parallel peers included
+        if ranks > 1:
             raise ConfigError(
                 f"MonarchStrategy drives its generator, reference and reward actors from one trainer process; this "
-                f"run has {ctx.world_size} ranks (torchrun/srun). Launch the trainer once (scripts/launch_monarch.py "
+                f"run has {ranks} ranks (torchrun/srun). Launch the trainer once (scripts/launch_monarch.py "
                 "puts the services on other hosts), or use LocalStrategy for a data-parallel run"
             )
         services, rollouts = self.place(ctx, module)
