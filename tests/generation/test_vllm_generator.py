@@ -127,6 +127,16 @@ def test_seeded_sampling_is_reproducible(engine):
     assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in second]
 
 
+def test_request_seed_samples_each_prompt_from_its_own_seed(engine):
+    """``SamplingParams.seed``: prompt i from seed + i, so a share of the prompts (another rank's) samples the same."""
+    params = SamplingParams(max_new_tokens=8, n=3, seed=500)
+    whole = engine.generate(PROMPTS, params)
+    share = engine.generate(PROMPTS[2:], SamplingParams(max_new_tokens=8, n=3, seed=502))
+    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]  # noqa: E731
+    assert tokens(share) == tokens(whole)[2:]
+    assert tokens(engine.generate(PROMPTS, params)) == tokens(whole)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error; sleep mode itself needs CUDA")
 def test_sleep_mode_without_cuda_is_a_clear_config_error(tiny_policy_dir):
     from rlforge.errors import ConfigError
