@@ -117,12 +117,21 @@ class VLLMGenerator:
             **kwargs: ``VLLMGenerator`` arguments.
         """
         folder = tempfile.TemporaryDirectory(prefix="rlforge-vllm-model-")
-        # Every rank's engine reads its own folder (a sharded titan policy writes on rank 0 alone by default).
-        policy.save_pretrained(folder.name, safe_serialization=True, is_main_process=True)
+        # Every rank's engine reads its own folder, but with torch.distributed running transformers' and titan's
+        # save_pretrained write on rank 0 alone: write the HF folder here (titan: on this rank, explicitly).
+        if callable(getattr(policy, "to_hf_model", None)):
+            policy.save_pretrained(folder.name, safe_serialization=True, is_main_process=True)
+        else:
+            _write_hf_folder(policy, Path(folder.name))
         tokenizer.save_pretrained(folder.name)
         generator = cls(folder.name, tokenizer=tokenizer, **kwargs)
         generator._model_tmp = folder  # removed with the generator
         return generator
+
+    def close(self) -> None:
+        """Shuts the engine down now (idempotent): its exit hook would otherwise tear down vLLM's process groups
+        after the trainer has left the run's own ``torch.distributed`` group."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     # ------------------------------------------------------------------------------------- weights
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -219,6 +228,17 @@ class VLLMGenerator:
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
+
+def _write_hf_folder(model: torch.nn.Module, folder: Path) -> None:
+    """``config.json``, ``generation_config.json`` and ``model.safetensors`` of an HF model, on any rank."""
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in _unshared(model.state_dict()).items()}
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -63,6 +63,7 @@ class LocalStrategy(Strategy):
         generator = build_generator(
             self.generator, policy, module.tokenizer, seed, policy_version=0, options=self.generator_options
         )
+        self._engine = generator  # closed at teardown (vLLM)
         services.full_weights = lambda: generator_weights(policy)  # merged for a PEFT policy
         services.payload = services.full_weights
         if self.peft_sync == "adapter":  # only the LoRA tensors cross; the generator side merges them
@@ -75,3 +76,9 @@ class LocalStrategy(Strategy):
         if module.beta > 0 or module.needs_reference:
             services.reference = LocalReference(policy)
         return services
+
+    def teardown(self) -> None:
+        engine, self._engine = getattr(self, "_engine", None), None
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()

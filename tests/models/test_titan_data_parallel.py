@@ -7,7 +7,6 @@ Build the env with `bash scripts/make_titan_env.sh`, run with `bash scripts/test
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -20,17 +19,9 @@ pytest.importorskip(
 )
 
 from tests.helpers import fast_flags  # noqa: E402
-from tests.parallel.dp_helpers import fit, max_diff, weights  # noqa: E402
+from tests.parallel.dp_helpers import OPTIMIZER, WEIGHT_TOL, fit, max_diff, only_run, step_rows, weights  # noqa: E402
 
 STEPS = 3
-# AdamW's first update of an element is lr * g / (|g| + eps). Elements whose true gradient is ~0 carry float noise
-# (|g| ~ 1e-10, a different value for another summation order: two half-batch backwards and a reduce-scatter, or
-# TP's split matmuls), and the update passes it on as lr * dg / eps. With torch's default eps = 1e-8 that moved one
-# element of layers.3.o_proj (gradient -2.6e-10 in one process, 1.0e-11 under TP 2) by 2.6e-5, and 7e-5 with the KL
-# term; eps = 1e-6 bounds it by lr * 3e-9 / 1e-6 = 3e-6 (measured with eps = 1e-6: 3.0e-6 under TP 2). A wrong gradient
-# division, data split or a lost optimizer state moves weights by ~1e-3 (and the grad norms by a factor).
-OPTIMIZER = "{class_path: torch.optim.AdamW, init_args: {lr: 1.0e-3, eps: 1.0e-6}}"
-WEIGHT_TOL = 1e-5
 
 
 def _flags(policy: str, root: Path, *extra: str) -> list[str]:
@@ -43,24 +34,13 @@ def _flags(policy: str, root: Path, *extra: str) -> list[str]:
     return [*flags, "--module.loss.beta", "0.04", "--trainer.callbacks", callbacks, *extra]
 
 
-def _run_dir(root: Path) -> Path:
-    runs = sorted((root / "rlforge").glob("version_*"))
-    assert [r.name for r in runs] == ["version_0"], runs  # one run, not one per rank
-    return runs[0]
-
-
-def _metrics(run: Path) -> dict[int, dict[str, str]]:
-    with open(run / "metrics.csv") as f:
-        return {int(r["step"]): r for r in csv.DictReader(f) if r.get("train/loss")}
-
-
 @pytest.fixture(scope="module")
 def one_process(tiny_policy_dir, tmp_path_factory) -> Path:
     """The reference: a 1-process titan run on the same global batch."""
     root = tmp_path_factory.mktemp("one_process")
     one = fit(_flags(tiny_policy_dir, root))
     assert one.returncode == 0, one.stderr[-3000:]
-    return _run_dir(root)
+    return only_run(root)
 
 
 def _check_equals_one_process(run: Path, one: Path, policy_dir: str, what: str) -> None:
@@ -77,7 +57,7 @@ def _check_equals_one_process(run: Path, one: Path, policy_dir: str, what: str) 
     diff = max_diff(w_one, w_two)
     print(f"\ntitan, {what} vs 1 process after {STEPS} steps: max weight diff {diff:.2e}")
     assert diff < WEIGHT_TOL
-    m_one, m_two = _metrics(one), _metrics(run)
+    m_one, m_two = step_rows(one), step_rows(run)
     assert sorted(m_two) == list(range(1, STEPS + 1))
     assert float(m_one[STEPS]["train/kl"]) > 1e-3  # the reference copy is really used
     for step in m_one:  # same rollouts (per-group seeds), same global loss, gradient norm and KL
@@ -96,7 +76,7 @@ def test_titan_two_ranks_equal_one_process_and_resume_exactly(tiny_policy_dir, o
     two = fit(_flags(tiny_policy_dir, tmp_path / "two", *extra), ranks=2)
     assert two.returncode == 0, two.stderr[-3000:]
     assert two.stdout.count("rlforge: success") == 1  # rank 0 alone reports the run
-    run = _run_dir(tmp_path / "two")
+    run = only_run(tmp_path / "two")
     _check_equals_one_process(run, one_process, tiny_policy_dir, layout)
 
     # Sharded weights and the name-keyed AdamW state scattered back from a checkpoint: step 3 is the same bits.
@@ -104,4 +84,4 @@ def test_titan_two_ranks_equal_one_process_and_resume_exactly(tiny_policy_dir, o
     resumed = fit(_flags(tiny_policy_dir, tmp_path / "resumed", *extra, "--ckpt_path", step2), ranks=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     ckpt = f"checkpoints/step-{STEPS:06d}"
-    assert max_diff(weights(run / ckpt), weights(_run_dir(tmp_path / "resumed") / ckpt)) == 0.0
+    assert max_diff(weights(run / ckpt), weights(only_run(tmp_path / "resumed") / ckpt)) == 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import socket
 import subprocess
@@ -12,6 +13,15 @@ import torch
 from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[2]
+
+# AdamW's first update of an element is lr * g / (|g| + eps). Elements whose true gradient is ~0 carry float noise
+# (|g| ~ 1e-10, a different value for another summation order: two half-batch backwards and a reduce-scatter, or
+# TP's split matmuls), and the update passes it on as lr * dg / eps. With torch's default eps = 1e-8 that moved one
+# element of layers.3.o_proj (gradient -2.6e-10 in one process, 1.0e-11 under TP 2) by 2.6e-5, and 7e-5 with the KL
+# term; eps = 1e-6 bounds it by lr * 3e-9 / 1e-6 = 3e-6 (measured with eps = 1e-6: 3.0e-6 under TP 2). A wrong gradient
+# division, data split or a lost optimizer state moves weights by ~1e-3 (and the grad norms by a factor).
+OPTIMIZER = "{class_path: torch.optim.AdamW, init_args: {lr: 1.0e-3, eps: 1.0e-6}}"
+WEIGHT_TOL = 1e-5
 
 
 def free_port() -> int:
@@ -56,3 +66,19 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def only_run(root: Path) -> Path:
+    """The one run folder under ``root`` (several ranks must make one run, not one per rank)."""
+    runs = sorted((root / "rlforge").glob("version_*"))
+    assert [r.name for r in runs] == ["version_0"], runs
+    return runs[0]
+
+
+def step_rows(run: Path) -> dict[int, dict[str, str]]:
+    """``metrics.csv`` rows with ``train/loss`` by step; each step logged once."""
+    with open(run / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/loss")]
+    steps = [int(r["step"]) for r in rows]
+    assert len(steps) == len(set(steps)), steps
+    return {int(r["step"]): r for r in rows}

@@ -3,38 +3,23 @@ folder, one checkpoint per step, and resume after SIGKILL of both ranks is bitwi
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import fast_flags
-from tests.parallel.dp_helpers import fit, max_diff, weights
+from tests.parallel.dp_helpers import OPTIMIZER, WEIGHT_TOL, fit, max_diff, only_run, step_rows, weights
 
 STEPS = 3
 
 
 def _flags(policy: str, root: Path, *extra: str, **overrides) -> list[str]:
     flags = fast_flags(
-        policy, root, trainer__max_steps=STEPS, data__batch_size=4, module__group_size=4, module__lr=1e-3,
+        policy, root, trainer__max_steps=STEPS, data__batch_size=4, module__group_size=4, module__optimizer=OPTIMIZER,
         trainer__sampling_seeds="group", trainer__seed=5, **overrides,
     )  # fmt: skip
     return [*flags, "--trainer.callbacks", "[{class_path: rlforge.ModelCheckpoint, init_args: {every_n_steps: 1}}]"]
-
-
-def _run_dir(root: Path) -> Path:
-    runs = sorted((root / "rlforge").glob("version_*"))
-    assert [r.name for r in runs] == ["version_0"], runs  # one run, not one per rank
-    return runs[0]
-
-
-def _metrics(run: Path) -> dict[int, dict[str, str]]:
-    with open(run / "metrics.csv") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("train/loss")]
-    steps = [int(r["step"]) for r in rows]
-    assert len(steps) == len(set(steps)), steps  # each step logged once
-    return {int(r["step"]): r for r in rows}
 
 
 @pytest.mark.slow
@@ -46,17 +31,17 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tiny_policy_dir, tmp_pa
     two = fit(_flags(tiny_policy_dir, tmp_path / "two", "--module.loss", loss), ranks=2)
     assert two.returncode == 0, two.stderr[-3000:]
 
-    run = _run_dir(tmp_path / "two")
+    run = only_run(tmp_path / "two")
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["world_size"] == 2 and manifest["launcher"] == "torchrun" and manifest["status"] == "success"
     assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == [f"step-{s:06d}" for s in (1, 2, 3)]
     assert two.stdout.count("rlforge: success") == 1  # rank 0 alone reports the run
 
     ckpt = f"checkpoints/step-{STEPS:06d}"
-    w_one, w_two = weights(_run_dir(tmp_path / "one") / ckpt), weights(run / ckpt)
+    w_one, w_two = weights(only_run(tmp_path / "one") / ckpt), weights(run / ckpt)
     assert max_diff(w_one, weights(Path(tiny_policy_dir))) > 1e-3  # the weights really moved
-    assert max_diff(w_one, w_two) < 1e-5
-    m_one, m_two = _metrics(_run_dir(tmp_path / "one")), _metrics(run)
+    assert max_diff(w_one, w_two) < WEIGHT_TOL
+    m_one, m_two = step_rows(only_run(tmp_path / "one")), step_rows(run)
     assert sorted(m_two) == [1, 2, 3]
     for step in m_one:  # same rollouts (per-group seeds), same global loss
         assert float(m_two[step]["rollout/reward_mean"]) == pytest.approx(float(m_one[step]["rollout/reward_mean"]))
@@ -71,18 +56,18 @@ def test_sigkill_of_both_ranks_then_resume_is_bitwise_exact_and_resumes_on_one_p
     callbacks = f"[{{class_path: rlforge.ModelCheckpoint, init_args: {{every_n_steps: 1}}}}, {killer}]"
     killed = fit([*_flags(tiny_policy_dir, tmp_path / "killed"), "--trainer.callbacks", callbacks], ranks=2)
     assert killed.returncode != 0 and "Signal 9 (SIGKILL)" in killed.stderr, killed.stderr[-3000:]
-    run = _run_dir(tmp_path / "killed")
+    run = only_run(tmp_path / "killed")
     assert json.loads((run / "checkpoints" / "last.json").read_text())["step"] == 2
 
     # Same world size: steps 3 of the resumed run are bit for bit those of the uninterrupted run.
     resumed = fit([*_flags(tiny_policy_dir, tmp_path / "killed"), "--ckpt_path", "last"], ranks=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     ckpt = f"checkpoints/step-{STEPS:06d}"
-    w_straight = weights(_run_dir(tmp_path / "straight") / ckpt)
+    w_straight = weights(only_run(tmp_path / "straight") / ckpt)
     w_resumed = weights(sorted((tmp_path / "killed" / "rlforge").glob("version_*"))[-1] / ckpt)
     assert max_diff(w_straight, w_resumed) == 0.0
-    m_straight = _metrics(_run_dir(tmp_path / "straight"))
-    m_resumed = _metrics(sorted((tmp_path / "killed" / "rlforge").glob("version_*"))[-1])
+    m_straight = step_rows(only_run(tmp_path / "straight"))
+    m_resumed = step_rows(sorted((tmp_path / "killed" / "rlforge").glob("version_*"))[-1])
     for column in ("train/loss", "rollout/reward_mean", "train/grad_norm"):
         assert m_resumed[3][column] == m_straight[3][column], column
 
@@ -91,7 +76,7 @@ def test_sigkill_of_both_ranks_then_resume_is_bitwise_exact_and_resumes_on_one_p
     other = fit([*_flags(tiny_policy_dir, tmp_path / "one"), "--ckpt_path", str(run / "checkpoints" / "step-000002")])
     assert other.returncode == 0, other.stderr[-3000:]
     assert "resumed on 1" in other.stderr
-    assert max_diff(w_straight, weights(_run_dir(tmp_path / "one") / ckpt)) < 1e-5
+    assert max_diff(w_straight, weights(only_run(tmp_path / "one") / ckpt)) < 1e-5
 
 
 @pytest.mark.slow
@@ -111,10 +96,10 @@ def test_sft_on_two_ranks_equals_one_process_and_validates_through_the_sharded_p
     two = fit(flags(tmp_path / "two"), ranks=2, command="sft")
     assert two.returncode == 0, two.stderr[-3000:]
     ckpt = f"checkpoints/step-{STEPS:06d}"
-    w_one, w_two = weights(_run_dir(tmp_path / "one") / ckpt), weights(_run_dir(tmp_path / "two") / ckpt)
+    w_one, w_two = weights(only_run(tmp_path / "one") / ckpt), weights(only_run(tmp_path / "two") / ckpt)
     assert max_diff(w_one, weights(Path(tiny_policy_dir))) > 2e-4  # moved (the LR warms up over these steps)
-    assert max_diff(w_one, w_two) < 1e-5
-    m_one, m_two = _metrics(_run_dir(tmp_path / "one")), _metrics(_run_dir(tmp_path / "two"))
+    assert max_diff(w_one, w_two) < WEIGHT_TOL
+    m_one, m_two = step_rows(only_run(tmp_path / "one")), step_rows(only_run(tmp_path / "two"))
     for step in (1, 2, 3):
         assert float(m_two[step]["val/loss"]) == pytest.approx(float(m_one[step]["val/loss"]), abs=1e-5)
         assert m_two[step]["val/accuracy"] == m_one[step]["val/accuracy"]
