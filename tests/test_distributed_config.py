@@ -41,5 +41,6 @@ def test_llama3_8b_distributed_config_prints_without_loading_the_model(tmp_path)
     assert config["data"]["batch_size"] % 4 == 0 and config["trainer"]["minibatch_size"] % 4 == 0
 
     header = CONFIG.read_text().split("\ntrainer:")[0]
+    assert "srun --ntasks=4 --gpus-per-task=2 rlforge fit --config configs/grpo_llama3_8b_distributed.yaml" in header
     assert "torchrun --nproc_per_node 4 -m rlforge fit --config configs/grpo_llama3_8b_distributed.yaml" in header
     assert "scripts/slurm/grpo.sbatch" in header and "GPU-ONLY" in header

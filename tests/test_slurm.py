@@ -94,6 +94,7 @@ def test_sbatch_example_is_valid_bash_and_runs_rlforge_fit():
     srun = [line for line in text.splitlines() if line.strip().startswith("srun ")]
     assert len(srun) == 1 and re.match(r"srun (.* )?rlforge fit ", srun[0].strip()), srun
     directives = dict(re.findall(r"^#SBATCH --([\w-]+)=?(\S*)", text, re.MULTILINE))
-    assert directives["nodes"] == "2" and directives["ntasks-per-node"] == directives["gpus-per-node"] == "8"
+    assert directives["nodes"] == "2" and directives["ntasks-per-node"] == "8"
+    assert directives["gpus-per-task"] == "1"  # a rank's vLLM engine takes the first GPU it sees
     assert {"cpus-per-task", "time"} <= set(directives)
     assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text

@@ -52,8 +52,8 @@ def init_process_group(cluster: ClusterEnvironment, device: torch.device, timeou
     """
     if cluster.world_size <= 1 or dist.is_initialized():
         return False
-    if device.type == "cuda":
-        torch.cuda.set_device(cluster.local_rank)
+    if device.type == "cuda":  # its own GPU: local_rank among all of the node's, or the one it sees
+        torch.cuda.set_device(cluster.local_rank % max(torch.cuda.device_count(), 1))
     address, port = cluster.main_address, cluster.main_port
     # torch reads these for the rendezvous of sub-groups (DeviceMesh) and logs them; keep them in step.
     os.environ.setdefault("MASTER_ADDR", address)

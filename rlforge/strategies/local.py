@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from rlforge.errors import ConfigError
 from rlforge.generation.factory import build_generator, check_generator_name
 from rlforge.models.adapter_sync import adapter_payload, check_sync_mode
 from rlforge.models.peft import generator_weights
@@ -57,6 +60,8 @@ class LocalStrategy(Strategy):
         services, rollouts = self.place(ctx, module)
         if not rollouts:
             return services
+        if self.generator == "vllm" and self.root_device.type == "cuda":
+            check_vllm_placement(ctx.world_size, self.generator_options, torch.cuda.device_count())
         policy = module.policy
         # Rank r > 0 samples from its own stream (multi-turn episodes, sampling_seeds="stream").
         seed = ctx.seed + 7919 * ctx.rank
@@ -82,3 +87,18 @@ class LocalStrategy(Strategy):
         close = getattr(engine, "close", None)
         if callable(close):
             close()
+
+
+def check_vllm_placement(world_size: int, options: dict[str, Any], visible_gpus: int) -> None:
+    """Raises ``ConfigError`` when several ranks' vLLM engines would share GPUs.
+
+    An in-process vLLM engine takes the first ``tensor_parallel_size`` GPUs the process sees, whatever its rank,
+    so with several ranks each must see only its own engine's GPUs (its trainer shares the first of them).
+    """
+    tp = int(dict(options.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
+    if world_size > 1 and visible_gpus > tp:
+        raise ConfigError(
+            f"{world_size} ranks each start a vLLM engine on the first {tp} GPU(s) they see, but every rank sees "
+            f"{visible_gpus}: launch so each rank sees only its own {tp} (srun --gpus-per-task={tp}, or "
+            "CUDA_VISIBLE_DEVICES per rank), or use generator: torch"
+        )

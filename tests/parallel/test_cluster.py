@@ -79,3 +79,21 @@ def test_bad_launcher_variables_are_one_line(monkeypatch, variables, message):
 def test_first_host_of_a_hostlist(monkeypatch, nodelist, first):
     monkeypatch.setattr(cluster.shutil, "which", lambda name: None)
     assert cluster.first_host(nodelist) == first
+
+
+@pytest.mark.parametrize(("world", "tp", "visible", "ok"), [
+    (1, 1, 8, True),   # one process: vLLM takes the first GPU, the trainer too
+    (4, 1, 1, True),   # srun --gpus-per-task=1: each rank its own GPU
+    (4, 2, 2, True),   # srun --gpus-per-task=2: each rank's engine its own pair
+    (4, 1, 4, False),  # torchrun on a 4-GPU node: every engine would land on GPU 0
+    (4, 2, 8, False),
+])  # fmt: skip
+def test_vllm_engines_of_several_ranks_must_not_share_gpus(world, tp, visible, ok):
+    from rlforge.strategies.local import check_vllm_placement
+
+    options = {"engine_kwargs": {"tensor_parallel_size": tp}}
+    if ok:
+        check_vllm_placement(world, options, visible)
+    else:
+        with pytest.raises(ConfigError, match=f"every rank sees {visible}: launch so each rank sees only its own {tp}"):
+            check_vllm_placement(world, options, visible)
