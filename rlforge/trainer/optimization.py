@@ -95,7 +95,8 @@ def optimizer_step(trainer: rlforge.RLTrainer, minibatch: Any) -> torch.Tensor:
 def _skip_step(trainer: rlforge.RLTrainer, loss_value: float, norm_value: float) -> None:
     trainer.progress.skipped_steps += 1
     trainer.consecutive_skips += 1
-    trainer.log("train/skipped_steps", 1.0, Reduce.SUM)
+    if trainer.is_global_zero:  # every rank skips the same step: count it once, not once per rank
+        trainer.log("train/skipped_steps", 1.0, Reduce.SUM)
     if trainer.consecutive_skips >= trainer.max_consecutive_skips:
         culprit = "loss" if not math.isfinite(loss_value) else _nonfinite_grad_name(trainer.module.policy)
         raise NonFiniteError(

@@ -226,7 +226,7 @@ class RLTrainer:
         self.datamodule.setup()
         if hasattr(self.datamodule, "limit_prompt_lengths"):  # before any rollout: a 1 MB prompt would never finish
             skipped = self.datamodule.limit_prompt_lengths(module.encode_prompt, *model_prompt_limit(module))
-            if skipped:
+            if skipped and self.is_global_zero:  # every rank filters the same rows: count them once
                 self.log("data/skipped_prompts", skipped, Reduce.SUM)
         ctx = RunContext(
             seed=self.seed, stage=stage, device=self.strategy.root_device, sync_interval=self.sync_interval,
