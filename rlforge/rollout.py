@@ -93,22 +93,34 @@ class RolloutEngine:
     # ----------------------------------------------------------------------------------------- a step
     def next(self, step: int) -> tuple[list[Group], TrainBatch]:
         """The groups and the collated batch of RL step ``step + 1`` (``step`` = completed steps = policy version)."""
-        module, opts, log = self.module, self.options, self.ctx.log
-        if opts.dynamic_sampling:
+        groups = self.groups(step)
+        return groups, self.train_batch(groups, step)
+
+    def groups(self, step: int) -> list[Group]:
+        """This step's scored groups with advantages (``data.batch_size / world_size`` of them)."""
+        if self.options.dynamic_sampling:
             sample = functools.partial(self._scored, step)
             wanted = self.datamodule.batch_size // self.ctx.world_size
-            groups, stats = dynamic_sample(sample, wanted, opts.max_sampling_tries)
+            groups, stats = dynamic_sample(sample, wanted, self.options.max_sampling_tries)
             for name, value in stats.items():
-                log(name, value)
+                self.ctx.log(name, value)
         else:
             groups = self._scored(step)
-        module.compute_advantages(groups)
+        self.module.compute_advantages(groups)
+        return groups
+
+    def train_batch(self, groups: list[Group], step: int) -> TrainBatch:
+        """``groups`` collated for the update: overlong filtering, off-policy correction, reference logprobs
+        (taken from the episodes when they carry them already), rollout metrics."""
+        module, log = self.module, self.ctx.log
         episodes = [ep for group in groups for ep in group]
         batch = collate_episodes(episodes, module.tokenizer.pad_token_id, self.ctx.device)
-        if opts.filter_truncated:
+        if self.options.filter_truncated:
             batch.response_mask = mask_truncated(episodes, batch.response_mask)
         batch = self._correct(batch)
-        if module.beta > 0 or module.needs_reference:  # needs_reference: KL measured (KLMonitor) or beta adapted
+        # needs_reference: KL measured (KLMonitor) or beta adapted. Episodes scored by rank 0's reference (a
+        # scattered step) arrive with their logprobs, which collate already put in the batch.
+        if (module.beta > 0 or module.needs_reference) and batch.ref_logprobs is None:
             batch.ref_logprobs = self._reference_logprobs(batch)
             for ep, row in zip(episodes, batch.ref_logprobs.tolist(), strict=True):
                 ep.ref_logprobs = row[: len(ep.completion.token_ids)]
@@ -117,7 +129,17 @@ class RolloutEngine:
         if self.services.envs is not None:
             for name, (value, reduce) in episode_metrics(groups).items():
                 log(name, value, reduce)
-        return groups, batch
+        return batch
+
+    def attach_reference(self, groups: list[Group]) -> None:
+        """Puts the reference logprobs on every episode of ``groups`` (rank 0 of a scattered step: its reference
+        service scores the whole step once, before the groups go to the ranks that train on them)."""
+        if not (self.module.beta > 0 or self.module.needs_reference):
+            return
+        episodes = [ep for group in groups for ep in group]
+        batch = collate_episodes(episodes, self.module.tokenizer.pad_token_id, self.ctx.device)
+        for ep, row in zip(episodes, self._reference_logprobs(batch).tolist(), strict=True):
+            ep.ref_logprobs = row[: len(ep.completion.token_ids)]
 
     def _scored(self, step: int) -> list[Group]:
         groups = self._sample(step)
@@ -205,9 +227,10 @@ class RolloutEngine:
         state["seed_rng"] = self._seed_rng.get_state()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores ``state_dict``; rows that were in flight are sampled again first."""
-        self.services.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], weights: dict[str, torch.Tensor] | None = None) -> None:
+        """Restores ``state_dict``; rows that were in flight are sampled again first (``weights``: the policy's,
+        gathered already, for a generator that was in sync)."""
+        self.services.load_state_dict(state, weights)
         self._resume_rows = deque(state.get("pending_rows", []))
         if "seed_rng" in state:
             self._seed_rng.set_state(state["seed_rng"])

@@ -108,6 +108,15 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+def scatter_objects(items: list[Any] | None, src: int = 0) -> Any:
+    """Item ``r`` of rank ``src``'s ``items`` on rank ``r`` (the others pass ``None``)."""
+    if not is_distributed():
+        return items[0]
+    out: list[Any] = [None]
+    _collective("scatter_object_list", dist.scatter_object_list, out, items if rank() == src else None, src=src)
+    return out[0]
+
+
 def run_on_rank_zero(fn: Any) -> Any:
     """``fn()`` run by rank 0 alone; its result, or the rlforge error it raised, on every rank."""
     if not is_distributed():

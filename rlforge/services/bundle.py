@@ -66,6 +66,9 @@ class Services:
             (vLLM: the engine is much faster than the in-process sampler).
         envs: The environments of multi-turn episodes (``rlforge.envs.EnvRunner``); ``None`` without
             ``module.environment``.
+        rank0_samples: With several ranks, rank 0's services sample, score and reference the whole step and the
+            groups are scattered (``MonarchStrategy``: one set of actors per run); the other ranks have no
+            generator but still join each sync's weight gather through ``payload``.
     """
 
     sampler: Generator
@@ -77,6 +80,7 @@ class Services:
     staleness: Staleness = Staleness()
     validate_on_generator: bool = False
     envs: EnvRunner | None = None
+    rank0_samples: bool = False
 
     def current_sampler(self, policy_version: int) -> Generator:
         """The sampler of validation: the generator when it may and is in sync, else ``sampler``."""
@@ -88,10 +92,12 @@ class Services:
     @torch.no_grad()
     def sync(self, version: int, log: Callable[..., None]) -> int | None:
         """Pushes the policy's weights to the generator as ``version``; logs ``perf/sync_s``/``perf/sync_bytes``."""
-        if self.generator is None or self.payload is None:
+        if self.payload is None:
             return None
         start = time.perf_counter()
-        payload = self.payload()
+        payload = self.payload()  # with a sharded policy a gather: every rank calls it, generator or not
+        if self.generator is None:
+            return None
         self.generator.update_weights(payload, version)
         sent = payload_bytes(payload)
         log("perf/sync_s", time.perf_counter() - start)
@@ -116,13 +122,14 @@ class Services:
             state["reference_weights"] = _cpu_copy(reference_weights)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores ``state_dict``: a generator without saved weights was in sync with the restored policy."""
+    def load_state_dict(self, state: dict[str, Any], weights: Weights | None = None) -> None:
+        """Restores ``state_dict``: a generator without saved weights was in sync with the restored policy
+        (``weights``: those weights, gathered already; default ``full_weights()``)."""
         gen = self.generator
         if not state or gen is None:
             return
         version = int(state["generator"].get("policy_version", gen.policy_version))
-        gen.update_weights(state.get("generator_weights") or self.full_weights(), version)
+        gen.update_weights(state.get("generator_weights") or weights or self.full_weights(), version)
         gen.load_state_dict(state["generator"])
         if "reference_weights" in state and self.reference is not None:
             self.reference.load_weights(state["reference_weights"])

@@ -248,7 +248,7 @@ class RLTrainer:
 
     def sync_weights(self) -> None:
         """Pushes the policy's weights to the generator now (``on_weight_sync_*`` hooks around it)."""
-        if self.services is None or self.services.generator is None:
+        if self.services is None or self.services.payload is None:
             return
         call_hook(self, "on_weight_sync_start")
         self.services.sync(self.policy_version, self.log)

@@ -60,14 +60,8 @@ def test_a_rank_that_dies_stops_the_others_with_one_line(tiny_policy_dir, tmp_pa
 LORA = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 8, target_modules: all-linear}}"
 
 
-def test_what_does_not_train_data_parallel_yet_says_so(tiny_policy_dir, tmp_path):
-    """LoRA (PEFT) policies and MonarchStrategy with several ranks: one line each, not a silent N-copy run."""
+def test_a_lora_policy_on_several_ranks_says_it_trains_on_one_process(tiny_policy_dir, tmp_path):
     lora = fit([*fast_flags(tiny_policy_dir, tmp_path / "lora"), "--module.init_args.peft", LORA], ranks=2)
     assert lora.returncode != 0
     lines = _error_lines(lora.stderr)
     assert lines and all("a LoRA (PEFT) policy trains on one process; this run has 2 ranks" in x for x in lines)
-    strategy = ["--trainer.strategy", "rlforge.strategies.MonarchStrategy"]
-    monarch = fit([*fast_flags(tiny_policy_dir, tmp_path / "monarch"), *strategy], ranks=2)
-    assert monarch.returncode != 0
-    lines = _error_lines(monarch.stderr)
-    assert lines and all("MonarchStrategy drives its generator" in x and "has 2 ranks" in x for x in lines), lines

@@ -128,13 +128,19 @@ class MonarchStrategy(Strategy):
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
         ranks = world_size()  # every rank, tensor-parallel peers included
-        if ranks > 1:
+        if ranks != ctx.world_size:
             raise ConfigError(
-                f"MonarchStrategy drives its generator, reference and reward actors from one trainer process; this "
-                f"run has {ranks} ranks (torchrun/srun). Launch the trainer once (scripts/launch_monarch.py "
-                "puts the services on other hosts), or use LocalStrategy for a data-parallel run"
+                f"MonarchStrategy with tensor parallelism ({ranks} ranks, {ctx.world_size} data-parallel) is not "
+                "supported: use LocalStrategy, or FSDP without tensor_parallel_degree"
             )
+        if ranks > 1 and ctx.rank != 0:  # rank 0 drives the run's one set of actors and scatters the groups
+            services, rollouts = self.place(ctx, module)
+            services.rank0_samples = True
+            if rollouts:
+                services.full_weights = services.payload = lambda: generator_weights(module.policy)
+            return services
         services, rollouts = self.place(ctx, module)
+        services.rank0_samples = ranks > 1
         self._check_env(module)
         remote_envs = self.env is not None  # checked: the module has an environment
         if not rollouts and not remote_envs:
