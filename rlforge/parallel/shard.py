@@ -24,3 +24,16 @@ def rank_slice(items: list[T], rank: int, world_size: int) -> list[T]:
         return items
     size = len(items) // world_size
     return items[rank * size : (rank + 1) * size]
+
+
+def split_evenly(items: list[T], parts: int) -> list[list[T]]:
+    """``items`` in ``parts`` contiguous shares whose sizes differ by at most one (none is lost).
+
+    Raises:
+        ConfigError: Fewer items than parts (a rank would have nothing to train on).
+    """
+    if len(items) < parts:
+        raise ConfigError(f"{len(items)} groups cannot be shared by {parts} ranks (async rollouts dropped too many)")
+    size, extra = divmod(len(items), parts)
+    bounds = [r * size + min(r, extra) for r in range(parts + 1)]
+    return [items[bounds[r] : bounds[r + 1]] for r in range(parts)]

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlforge.parallel.process_group import scatter_objects
-from rlforge.parallel.shard import check_divisible, rank_slice
+from rlforge.parallel.shard import check_divisible, rank_slice, split_evenly
 from rlforge.rollout import RolloutEngine
 from rlforge.services import RunContext, Services
 
@@ -61,7 +61,7 @@ class ScatteredRollouts:
         if self.rank == 0:
             groups = self.engine.groups(step)
             self.engine.attach_reference(groups)
-            shares = [rank_slice(groups, r, self.world_size) for r in range(self.world_size)]
+            shares = split_evenly(groups, self.world_size)  # async rollouts may have dropped stale groups
         mine = scatter_objects(shares)
         return mine, self.engine.train_batch(mine, step)
 

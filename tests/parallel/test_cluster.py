@@ -97,3 +97,12 @@ def test_vllm_engines_of_several_ranks_must_not_share_gpus(world, tp, visible, o
     else:
         with pytest.raises(ConfigError, match=f"every rank sees {visible}: launch so each rank sees only its own {tp}"):
             check_vllm_placement(world, options, visible)
+
+
+def test_groups_split_evenly_over_ranks_lose_none():
+    from rlforge.parallel.shard import rank_slice, split_evenly
+
+    assert split_evenly(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_evenly(list(range(4)), 2) == [rank_slice(list(range(4)), r, 2) for r in range(2)]
+    with pytest.raises(ConfigError, match="1 groups cannot be shared by 2 ranks"):
+        split_evenly([0], 2)
