@@ -124,7 +124,7 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sta
     a one-process model gets it converted to indices in its optimizer's parameter order.
     """
     keys = list(state.get("state", {}))
-    by_name = bool(keys) and isinstance(keys[0], str) or _groups_by_name(state)
+    by_name = (bool(keys) and isinstance(keys[0], str)) or _groups_by_name(state)
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 

@@ -7,7 +7,6 @@ restores weights, optimizer and data position on any other (one process included
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,16 +38,11 @@ def gather_state(trainer: rlforge.RLTrainer, state: dict[str, Any]) -> dict[str,
 
 
 def save_policy(policy: torch.nn.Module, folder: Path, weights: dict[str, torch.Tensor] | None) -> None:
-    """``policy.save_pretrained`` with gathered ``weights``; the FSDP wrapper's class name stays out of config.json."""
-    if weights is None:
-        policy.save_pretrained(folder, safe_serialization=True)
-        return
-    policy.save_pretrained(folder, state_dict=weights, safe_serialization=True)
-    config = folder / "config.json"
-    data = json.loads(config.read_text())
-    # fully_shard swaps the class for "FSDP<Name>"; vLLM and AutoModel read the architecture from here.
-    data["architectures"] = [a.removeprefix("FSDP") for a in data.get("architectures") or []]
-    config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """``policy.save_pretrained`` with the gathered ``weights`` (``None``: a policy that gathers itself).
+
+    transformers names the architecture without FSDP2's ``FSDP`` class prefix, so config.json stays loadable."""
+    extra = {} if weights is None else {"state_dict": weights}
+    policy.save_pretrained(folder, safe_serialization=True, **extra)
 
 
 def rank_state(state: dict[str, Any], rank: int, world_size: int) -> tuple[dict[str, Any], dict[str, Any]]:

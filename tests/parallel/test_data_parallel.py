@@ -41,6 +41,8 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tiny_policy_dir, tmp_pa
     w_one, w_two = weights(only_run(tmp_path / "one") / ckpt), weights(run / ckpt)
     assert max_diff(w_one, weights(Path(tiny_policy_dir))) > 1e-3  # the weights really moved
     assert max_diff(w_one, w_two) < WEIGHT_TOL
+    config = json.loads((run / ckpt / "policy" / "config.json").read_text())
+    assert not any(a.startswith("FSDP") for a in config["architectures"])  # vLLM and AutoModel read it
     m_one, m_two = step_rows(only_run(tmp_path / "one")), step_rows(run)
     assert sorted(m_two) == [1, 2, 3]
     for step in m_one:  # same rollouts (per-group seeds), same global loss
