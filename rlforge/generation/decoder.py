@@ -13,6 +13,8 @@ step compiles into one graph and can be replayed by CUDA graphs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,6 +50,73 @@ def _linear_add(residual: torch.Tensor, x: torch.Tensor, proj: nn.Linear) -> tor
     return residual + F.linear(x, proj.weight, proj.bias)
 
 
+@dataclass(frozen=True)
+class Heads:
+    """Attention head layout of a Llama-family config: query heads, key/value heads, head size."""
+
+    n: int
+    n_kv: int
+    dim: int
+
+    @classmethod
+    def of(cls, config) -> Heads:
+        n = config.num_attention_heads
+        return cls(n, config.num_key_value_heads or n, getattr(config, "head_dim", None) or config.hidden_size // n)
+
+
+def project_qkv(attn: nn.Module, h: torch.Tensor, heads: Heads) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries ``[..., H, D]``, keys and values ``[..., H_kv, D]`` of the normed hidden states ``h`` ``[..., hidden]``
+    (Qwen3's per-head q/k norms applied; no RoPE)."""
+    shape = h.shape[:-1]
+    q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(*shape, heads.n, heads.dim)
+    k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(*shape, heads.n_kv, heads.dim)
+    v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(*shape, heads.n_kv, heads.dim)
+    if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over each head before RoPE
+        q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+    return q, k, v
+
+
+def mlp_residual(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x + mlp(post_attention_layernorm(x))`` of one decoder layer."""
+    mlp = layer.mlp
+    h = _rms_norm(x, layer.post_attention_layernorm)
+    gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+    h = mlp.act_fn(F.linear(h, gate.weight, gate.bias)) * F.linear(h, up.weight, up.bias)
+    return _linear_add(x, h, down) if x.dim() == 2 else x + F.linear(h, down.weight, down.bias)
+
+
+def prompt_layer(
+    layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, heads: Heads
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoder layer over left-padded prompts ``x`` ``[P, W, hidden]`` (differentiable).
+
+    Returns:
+        The layer's output ``[P, W, hidden]`` and its RoPE'd keys and values ``[P, H_kv, W, D]``.
+    """
+    attn = layer.self_attn
+    b, t, _ = x.shape
+    q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
+    q, k, v = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
+    x = x + F.linear(out.transpose(1, 2).reshape(b, t, -1), attn.o_proj.weight, attn.o_proj.bias)
+    return mlp_residual(layer, x), k, v
+
+
+def prompt_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[P, 1, W, W]`` bool mask of left-padded prompts: causal over tokens; a padding query sees itself (finite)."""
+    width, device = attention_mask.shape[1], attention_mask.device
+    query, key = torch.arange(width, device=device)[:, None], torch.arange(width, device=device)[None]
+    return (attention_mask.bool()[:, None, None, :] & (key <= query)) | (key == query)
+
+
+def rope_table(model: nn.Module, total: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin`` ``[total, D]`` of positions ``0..total-1`` from the model's own rotary module, in its dtype."""
+    param = next(model.parameters())
+    head_dim = Heads.of(model.config).dim
+    cos, sin = model.model.rotary_emb(param.new_zeros(1, total, head_dim), torch.arange(total, device=device)[None])
+    return cos[0].to(param.dtype), sin[0].to(param.dtype)
+
+
 class KVDecoder:
     """Prefill + one-token decode steps for a Llama-family causal LM (see module docstring).
 
@@ -59,10 +128,7 @@ class KVDecoder:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        config = model.config
-        self.n_heads = config.num_attention_heads
-        self.n_kv = config.num_key_value_heads or self.n_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.heads = Heads.of(model.config)
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.valid: torch.Tensor | None = None  # [B, L] bool: key positions a query may attend to
@@ -94,24 +160,11 @@ class KVDecoder:
     # ------------------------------------------------------------------------------------------ prefill
     def _prefill_layer(self, i: int, layer: nn.Module, x: torch.Tensor, cos, sin, mask) -> torch.Tensor:
         """One decoder layer on the prompts ``x`` ``[P, W, hidden]``; their keys/values go to columns ``:W``."""
-        attn, mlp = layer.self_attn, layer.mlp
-        b, t, _ = x.shape
-        h = _rms_norm(x, layer.input_layernorm)
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b, t, self.n_heads, self.head_dim)
-        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b, t, self.n_kv, self.head_dim)
-        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, t, self.n_kv, self.head_dim)
-        if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over each head before RoPE
-            q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
-        q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+        x, k, v = prompt_layer(layer, x, cos, sin, mask, self.heads)
+        b, t = x.shape[:2]
         self.keys[i][:b, :, :t] = k
-        self.values[i][:b, :, :t] = v.transpose(1, 2)
-        keys, values = self.keys[i][:b, :, :t], self.values[i][:b, :, :t]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
-        x = x + F.linear(out.transpose(1, 2).reshape(b, t, -1), attn.o_proj.weight, attn.o_proj.bias)
-        h = _rms_norm(x, layer.post_attention_layernorm)
-        gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
-        h = mlp.act_fn(F.linear(h, gate.weight, gate.bias)) * F.linear(h, up.weight, up.bias)
-        return x + F.linear(h, down.weight, down.bias)
+        self.values[i][:b, :, :t] = v
+        return x
 
     @torch.no_grad()
     def prefill(
@@ -133,21 +186,17 @@ class KVDecoder:
         batch = rows.numel()
         total = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
         param = next(self.model.parameters())
-        table_pos = torch.arange(total, device=device)[None]
-        cos, sin = inner.rotary_emb(param.new_zeros(1, total, self.head_dim), table_pos)
-        self.cos, self.sin = cos[0].to(param.dtype), sin[0].to(param.dtype)
-        half = self.head_dim // 2
+        self.cos, self.sin = rope_table(self.model, total, device)
+        half = self.heads.dim // 2
         self.signed_sin = torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1)
         self.columns = torch.arange(total, device=device)
         # Zeros, not empty: columns past the current one are read (and masked) by a fixed-span step.
-        shape = (batch, self.n_kv, total, self.head_dim)  # batch >= n_prompts: rows repeat prompts
+        shape = (batch, self.heads.n_kv, total, self.heads.dim)  # batch >= n_prompts: rows repeat prompts
         self.keys = [param.new_zeros(shape) for _ in inner.layers]
         self.values = [param.new_zeros(shape) for _ in inner.layers]
         valid = attention_mask.bool()
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        # Causal, and padding queries attend to themselves (keeps every row finite).
-        query, key = torch.arange(width, device=device)[:, None], torch.arange(width, device=device)[None]
-        mask = (valid[:, None, None, :] & (key <= query)) | (key == query)
+        mask = prompt_mask(attention_mask)
         x = inner.embed_tokens(input_ids)
         cos_p, sin_p = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [P, 1, W, D]
         for i, layer in enumerate(inner.layers):
@@ -179,9 +228,9 @@ class KVDecoder:
                 ones after ``column``. A fixed ``n`` (the whole cache) makes the step's shapes static, as CUDA
                 graphs need; a growing one reads only the filled part (a dynamic dimension when compiled).
         """
-        inner = self.model.model
-        b, d, n_kv = tokens.shape[0], self.head_dim, self.n_kv
-        group = self.n_heads // n_kv
+        inner, heads = self.model.model, self.heads
+        b, d, n_kv = tokens.shape[0], heads.dim, heads.n_kv
+        group = heads.n // n_kv
         x = inner.embed_tokens(tokens)
         cos, sin = self.cos[positions][:, None], self.signed_sin[positions][:, None]  # [B, 1, D]
         # Additive mask of this step, shared by every layer: padding and the columns after `column`.
@@ -189,27 +238,17 @@ class KVDecoder:
         bias = bias.repeat_interleave(n_kv, 0)[:, None]  # [B * H_kv, 1, span]
         at = column.view(1)
         for i, layer in enumerate(inner.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            h = _rms_norm(x, layer.input_layernorm)
-            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b, self.n_heads, d)
-            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b, n_kv, d)
-            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, n_kv, 1, d)
-            if getattr(attn, "q_norm", None) is not None:
-                q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+            attn = layer.self_attn
+            q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
             q, k = _rotate_signed(q, cos, sin), _rotate_signed(k, cos, sin)
             self.keys[i].index_copy_(2, at, k[:, :, None])
-            self.values[i].index_copy_(2, at, v)
+            self.values[i].index_copy_(2, at, v[:, :, None])
             keys = self.keys[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
             values = self.values[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
             # The query heads of a KV group share one batched matmul (no K/V repeat); scale and mask fused.
             scores = torch.baddbmm(bias, q.view(b * n_kv, group, d), keys.transpose(1, 2), alpha=attn.scaling)
             out = torch.bmm(scores.softmax(-1), values).view(b, -1)
-            x = _linear_add(x, out, attn.o_proj)
-            h = _rms_norm(x, layer.post_attention_layernorm)
-            h = mlp.act_fn(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(
-                h, mlp.up_proj.weight, mlp.up_proj.bias
-            )
-            x = _linear_add(x, h, mlp.down_proj)
+            x = mlp_residual(layer, _linear_add(x, out, attn.o_proj))
         return self.model.lm_head(_rms_norm(x, inner.norm)).float()
 
     def release(self) -> None:

@@ -13,6 +13,8 @@ import inspect
 import torch
 from torch import nn
 
+from rlforge.models.packed import packed_response_logits, supports_packed
+
 
 def _params(model: nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
@@ -117,6 +119,22 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return -(logp.exp() * logp).sum(-1)
 
 
+def _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad):
+    """``compute_logprobs`` through ``packed_response_logits``, unpacked to ``[B, T]`` with zeros past each response."""
+    shared = shared_prompt_rows(input_ids, attention_mask, prompt_len)
+    if shared is None:  # every row its own prompt
+        shared = (torch.arange(input_ids.shape[0], device=input_ids.device),) * 2
+    logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared)
+    zeros = torch.zeros(valid.shape, dtype=logits.dtype, device=logits.device)
+    logprobs = zeros.masked_scatter(valid, token_logprobs(logits, input_ids[:, prompt_len:][valid], temperature))
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            per_token = token_entropy(logits if entropy_grad else logits.detach(), temperature)
+            entropy = zeros.masked_scatter(valid, per_token)
+    return logprobs, entropy
+
+
 def compute_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -126,6 +144,7 @@ def compute_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = True,
     entropy_grad: bool = True,
+    packed: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Response-token logprobs ``[B, T]`` (and entropies) from one pass over the batch.
 
@@ -138,7 +157,11 @@ def compute_logprobs(
         with_entropy: Also return per-token entropies.
         share_prompts: Encode each distinct prompt once (needs a model that takes a ``DynamicCache``).
         entropy_grad: Keep the entropy in the autograd graph (only needed when it is part of the loss).
+        packed: Run the padding-free forward of ``rlforge.models.packed`` when the model supports it (prompts
+            shared, only real response tokens through the GEMMs); positions past a row's response get 0.
     """
+    if packed and share_prompts and supports_packed(model, input_ids, attention_mask, prompt_len):
+        return _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad)
     share_prompts = share_prompts and _accepts(model, "logits_to_keep") and _cache_kwarg(model) in _params(model)
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len) if share_prompts else None
     if shared is None:

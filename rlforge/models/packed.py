@@ -1,0 +1,168 @@
+"""Padding-free training forward: response tokens packed into one ``[N, hidden]`` stream.
+
+An RL batch is ``[left-padded prompt | right-padded response]``; responses vary in length, so a padded forward
+spends the projections, the MLP and the LM head (nearly all of a step's FLOPs) on pad positions as well. Here
+each distinct prompt is encoded once (``[P, W]``, padded: prompts are short and shared by their group), and the
+``N`` response tokens that predict another response token run as one packed stream: every GEMM, norm and
+activation sees only real tokens. Position ids restart per sequence (each row continues from its own prompt
+length). Attention alone is laid out ``[B, T - 1]`` for one batched SDPA call, whose bool mask lets a response
+token see its prompt's cache and the earlier tokens of its own response: CPU SDPA has no varlen kernel, and
+this keeps the whole layer at one attention call instead of one per row.
+
+The layer math is ``KVDecoder``'s (``rlforge.generation.decoder``) on the model's own parameters, so it covers the
+same Llama-family models; ``supports_packed`` says when, and ``compute_logprobs`` falls back to the HF forward
+otherwise (PEFT wrappers, sharded or gradient-checkpointed models, attention dropout, other architectures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlforge.generation.decoder import (
+    Heads,
+    KVDecoder,
+    _linear_add,
+    _rms_norm,
+    _rotate,
+    mlp_residual,
+    project_qkv,
+    prompt_layer,
+    prompt_mask,
+    rope_table,
+)
+
+
+def supports_packed(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> bool:
+    """True when ``packed_response_hidden`` reproduces ``model``'s forward on this batch.
+
+    The model must be a plain Llama-family decoder (``KVDecoder.supports``) without gradient checkpointing or
+    attention dropout in training, and every response must be right-padded (its tokens first, then padding).
+    """
+    if not KVDecoder.supports(model, input_ids.shape[1]) or _checkpointed(model):
+        return False
+    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+        return False
+    valid = attention_mask[:, prompt_len:].bool()
+    return bool((valid[:, 1:] <= valid[:, :-1]).all())
+
+
+def _checkpointed(model: nn.Module) -> bool:
+    # transformers >= 5.25 renamed the flag (the old name warns); either one means recomputation in the HF forward.
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name) or hasattr(model, name):
+            return bool(getattr(model, name))
+    return False
+
+
+def packed_response_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: int,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of every response token, packed: ``([N_valid, V] fp32, valid [B, T] bool)``.
+
+    Row ``i``'s logits are those of its tokens ``j < len_i`` in order, rows one after another (the order of
+    ``valid``'s True entries), so ``torch.zeros(B, T).masked_scatter(valid, per_token)`` unpacks any per-token value.
+
+    Args:
+        model: A model for which ``supports_packed`` is True.
+        input_ids: ``[B, P + T]``, ``[left-padded prompt | right-padded response]``.
+        attention_mask: ``[B, P + T]``.
+        prompt_len: ``P``.
+        first: A row index of each distinct prompt, ``[N_p]``.
+        inverse: The distinct-prompt index of each row, ``[B]``.
+    """
+    inner, heads = model.model, Heads.of(model.config)
+    batch, total = input_ids.shape
+    width, device = prompt_len, input_ids.device
+    valid = attention_mask[:, width:].bool()  # [B, T]: the response tokens
+    feeds = valid[:, 1:]  # [B, T - 1]: response tokens fed to predict the next one
+    fed = feeds.reshape(-1).nonzero().squeeze(-1)  # their flat indices into [B * (T - 1)]
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    cos, sin = rope_table(model, int(positions.max()) + 1, device)
+
+    # Distinct prompts: padded, [N_p, W].
+    prompt_ids, prompt_valid = input_ids[first, :width], attention_mask[first, :width]
+    prompt_pos = positions[first, :width]
+    x_prompt = inner.embed_tokens(prompt_ids)
+    cos_p, sin_p = cos[prompt_pos].unsqueeze(1), sin[prompt_pos].unsqueeze(1)
+    mask_prompt = prompt_mask(prompt_valid)
+
+    # Packed responses: [N, hidden], each token with its own position.
+    stream_pos = positions[:, width:-1].reshape(-1).index_select(0, fed)
+    x = inner.embed_tokens(input_ids[:, width:-1].reshape(-1).index_select(0, fed))
+    cos_n, sin_n = cos[stream_pos].unsqueeze(1), sin[stream_pos].unsqueeze(1)  # [N, 1, D]
+    attend = _response_mask(prompt_valid.bool().index_select(0, inverse), feeds)
+    pad = _Padder(batch, feeds.shape[1], fed)
+
+    for layer in inner.layers:
+        x_prompt, k_prompt, v_prompt = prompt_layer(layer, x_prompt, cos_p, sin_p, mask_prompt, heads)
+        if fed.numel():  # else every response has at most one token: its prompt predicts it
+            x = _response_layer(layer, x, k_prompt, v_prompt, inverse, cos_n, sin_n, attend, pad, heads)
+
+    # Row i's first token is predicted by its prompt's last position, token j > 0 by fed token j - 1.
+    tail = torch.zeros(feeds.numel(), dtype=torch.long, device=device)
+    tail[fed] = torch.arange(batch, batch + fed.numel(), device=device)
+    source = torch.cat([torch.arange(batch, device=device)[:, None], tail.view(feeds.shape)], dim=1)
+    hidden = torch.cat([x_prompt[:, -1].index_select(0, inverse), x]).index_select(0, source[valid])
+    return model.lm_head(_rms_norm(hidden, inner.norm)).float(), valid
+
+
+class _Padder:
+    """Moves packed rows ``[N, ...]`` into the padded layout ``[B, T, ...]`` and back (differentiable)."""
+
+    def __init__(self, batch: int, width: int, fed: torch.Tensor) -> None:
+        self.batch, self.width, self.fed = batch, width, fed
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        flat = packed.new_zeros(self.batch * self.width, *packed.shape[1:])
+        return flat.index_copy(0, self.fed, packed).view(self.batch, self.width, *packed.shape[1:])
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        return padded.reshape(self.batch * self.width, *padded.shape[2:]).index_select(0, self.fed)
+
+
+def _response_mask(prompt_valid: torch.Tensor, feeds: torch.Tensor) -> torch.Tensor:
+    """``[B, 1, T - 1, W + T - 1]`` bool: the row's prompt tokens, then its own fed tokens up to the query.
+
+    A pad query sees its prompt (never an empty row, so SDPA stays finite); its output is dropped by ``unpad``.
+    """
+    steps = feeds.shape[1]
+    query = torch.arange(steps, device=feeds.device)[:, None]
+    causal = (torch.arange(steps, device=feeds.device)[None] <= query) & feeds[:, None, :]  # [B, T-1, T-1]
+    prompt = prompt_valid[:, None, :].expand(-1, steps, -1)  # [B, T-1, W]
+    return torch.cat([prompt, causal], dim=-1)[:, None]
+
+
+def _response_layer(
+    layer: nn.Module,
+    x: torch.Tensor,
+    k_prompt: torch.Tensor,
+    v_prompt: torch.Tensor,
+    inverse: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    attend: torch.Tensor,
+    pad: _Padder,
+    heads: Heads,
+) -> torch.Tensor:
+    """One decoder layer on the packed response stream ``x`` ``[N, hidden]``."""
+    attn = layer.self_attn
+    q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)  # [N, H(_kv), D]
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    to_heads: Callable[[torch.Tensor], torch.Tensor] = lambda t: pad.pad(t).transpose(1, 2)  # noqa: E731
+    # Each row's keys: its prompt's cache (gradients of all G rows flow back into the shared prompt pass).
+    keys = torch.cat([k_prompt.index_select(0, inverse), to_heads(k)], dim=2)
+    values = torch.cat([v_prompt.index_select(0, inverse), to_heads(v)], dim=2)
+    out = F.scaled_dot_product_attention(
+        to_heads(q), keys, values, attn_mask=attend, scale=attn.scaling, enable_gqa=True
+    )  # [B, H, T - 1, D]
+    out = pad.unpad(out.transpose(1, 2)).flatten(1)  # [N, H * D]
+    return mlp_residual(layer, _linear_add(x, out, attn.o_proj))

@@ -1,0 +1,117 @@
+"""The padding-free (packed) training forward equals the plain HF forward, in value and in gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlforge.data import collate_episodes
+from rlforge.models import compute_logprobs
+from rlforge.models import packed as packed_mod
+from rlforge.models.packed import supports_packed
+from rlforge.types import Completion, Episode
+from tests.generation.test_decoder import ARCHS, _model
+
+PROMPTS = ["Q: What is 3 + 5?\nA:", "Hi", "12+7="]
+
+
+def _batch(tokenizer, lengths: list[list[int]], seed: int = 0):
+    """One group per prompt, response ``j`` of prompt ``i`` of length ``lengths[i][j]`` (random tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    episodes = []
+    for text, group in zip(PROMPTS, lengths, strict=False):
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for j, n in enumerate(group):
+            tokens = torch.randint(3, len(tokenizer), (n,), generator=g).tolist()
+            completion = Completion(text="", token_ids=tokens, logprobs=[0.0] * n, prompt_ids=prompt)
+            episodes.append(Episode(prompt="", target="", completion=completion, advantage=float(j - 1)))
+    return collate_episodes(episodes, tokenizer.pad_token_id)
+
+
+def _run(model, batch, temperature: float, **kwargs):
+    """Logprobs, entropies and parameter gradients of an advantage-weighted objective (+ entropy)."""
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy = compute_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature, True, **kwargs
+    )
+    mask = batch.response_mask
+    ((logprobs * batch.advantages[:, None] * mask).sum() + (entropy * mask).sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logprobs.detach(), entropy.detach(), grads
+
+
+def _assert_close(ours, reference, mask, packed: bool = True):
+    (lp, ent, grads), (ref_lp, ref_ent, ref_grads) = ours, reference
+    assert (lp - ref_lp).abs()[mask].max() < 1e-5
+    assert (ent - ref_ent).abs()[mask].max() < 1e-5
+    if packed:  # the HF forward leaves values at padding positions (callers mask them); the packed one zeros them
+        assert (lp[~mask] == 0).all() and (ent[~mask] == 0).all()
+    assert grads.keys() == ref_grads.keys() and len(grads) > 10
+    for name, grad in grads.items():  # fp32 summation order differs: compare relative to each tensor's scale
+        ref = ref_grads[name]
+        assert (grad - ref).abs().max() <= 1e-5 * ref.abs().max(), name
+
+
+@pytest.fixture()
+def spy(monkeypatch):
+    """Counts calls of the packed forward, so a test knows which path ran."""
+    calls = []
+    original = packed_mod.packed_response_logits
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("rlforge.models.logprobs.packed_response_logits", counted)
+    return calls
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_packed_matches_hf_forward_per_architecture(arch, tiny_policy, spy):
+    _, tokenizer = tiny_policy
+    model = _model(arch, tokenizer).train()
+    batch = _batch(tokenizer, [[5, 1, 8], [0, 3, 7], [2, 8, 4]])  # mixed lengths, one empty response
+    mask = batch.attention_mask[:, batch.prompt_len :].bool()
+    for temperature in (1.0, 0.7):
+        reference = _run(model, batch, temperature, share_prompts=False)  # one plain HF forward
+        assert not spy
+        _assert_close(_run(model, batch, temperature), reference, mask)
+        assert spy
+        spy.clear()
+
+
+def test_packed_edge_layouts(tiny_policy, spy):
+    model, tokenizer = tiny_policy
+    layouts = {
+        "every prompt distinct": [[4], [6], [1]],
+        "responses of one token": [[1, 1], [1, 0], [1, 1]],
+        "one prompt": [[7, 2, 5, 5]],
+    }
+    for name, lengths in layouts.items():
+        batch = _batch(tokenizer, lengths, seed=1)
+        mask = batch.attention_mask[:, batch.prompt_len :].bool()
+        reference = _run(model, batch, 1.0, share_prompts=False)
+        ours = _run(model, batch, 1.0)
+        assert spy, name
+        spy.clear()
+        _assert_close(ours, reference, mask)
+
+
+def test_unsupported_layouts_and_models_fall_back(tiny_policy, spy):
+    model, tokenizer = tiny_policy
+    batch = _batch(tokenizer, [[3, 5], [4, 2]])
+    assert supports_packed(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    # A hole inside a response (not right-padded) is not a layout the packed forward knows.
+    holed = batch.attention_mask.clone()
+    holed[0, batch.prompt_len + 1] = 0
+    assert not supports_packed(model, batch.input_ids, holed, batch.prompt_len)
+    reference = _run(model, batch, 1.0, share_prompts=False)
+    _run(model, batch, 1.0, packed=False)
+    assert not spy  # packed=False keeps the HF forward
+    # Recomputation belongs to the HF forward (transformers 5.25 renamed the switch; the old name warns).
+    enable = getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)
+    enable()
+    assert not supports_packed(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    ours = _run(model, batch, 1.0)
+    assert not spy
+    _assert_close(ours, reference, batch.attention_mask[:, batch.prompt_len :].bool(), packed=False)
