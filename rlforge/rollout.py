@@ -2,13 +2,18 @@
 
 ``next(step)`` turns prompts into a training batch::
 
-    rows -> generator (prefetched when async) -> drop stale groups -> scores (+ DAPO overlong shaping)
+    rows -> generator (prefetched when async) -> scores (+ DAPO overlong shaping) -> drop stale groups
          -> dynamic sampling -> advantages -> collate -> overlong filtering -> off-policy correction
          -> reference logprobs -> rollout metrics
 
 It talks only to ``Services`` (``rlforge.services``), the datamodule and the module's algorithm hooks
 (``score``, ``compute_advantages``, ``configure_rollout``). With ``services.envs`` (``module.environment``) the
 generator step is the multi-turn episode loop of ``rlforge.envs.episodes``; everything after it is the same.
+
+Async rollouts are scored ahead: step k+1's request is scored on a background thread as soon as its completions
+arrive, while step k's update runs, so reward work (the reward workers, a verifier, a judge) is off the critical
+path. ``module.score`` then runs outside the main thread: it must only touch the groups it is given (the built-in
+``GRPOModule.score`` does) and return its metrics rather than log them. Scores are the same either way.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import threading
 import zlib
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +47,9 @@ if TYPE_CHECKING:
     from rlforge.module import RLModule
 
 Rows = list[dict[str, Any]]
+# One scoring at a time (a background one and a fresh resample may meet): reward runners need not be reentrant.
+# Module-level so an engine stays deep-copyable.
+_SCORE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,7 @@ class RolloutEngine:
         self._episode_ids = itertools.count()
         # Same seed on every rank: the k-th request draws the same base seed everywhere (group_seeds).
         self._seed_rng = torch.Generator().manual_seed(ctx.seed)
-        self._inflight: deque[tuple[Rows, Pending]] = deque()
+        self._inflight: deque[tuple[Rows, Pending | _ScoredAhead]] = deque()
         self._collecting: Rows | None = None
         self._resume_rows: deque[Rows] = deque()
 
@@ -142,36 +153,51 @@ class RolloutEngine:
             ep.ref_logprobs = row[: len(ep.completion.token_ids)]
 
     def _scored(self, step: int) -> list[Group]:
-        groups = self._sample(step)
-        scorer, module = self.services.scorer, self.module
-        metrics = module.score(groups) if scorer is None else module.score(groups, scorer=scorer)
+        """The next scored groups: the prefetched request if any; async: prefetch (and score ahead) the next one,
+        drop the too-stale groups."""
+        if not self._inflight:
+            self._inflight.append(self._request(self._next_rows(), step))
+        rows, request = self._inflight.popleft()
+        self._collecting = rows
+        if isinstance(request, _ScoredAhead):
+            groups, metrics, dropped = request.result()
+        else:
+            groups = request.result()
+            metrics = self._score(groups)
+        self._collecting = None
+        if self.staleness.asynchronous:
+            if step + 1 < self.ctx.max_steps:  # step k+1 samples now, while step k trains, with version k-1 weights
+                self._inflight.append(self._request(self._next_rows(), step + 1))
+            self.ctx.log("rollout/dropped_stale", dropped, Reduce.SUM)
+        while not groups:  # all too old (sync_interval > 1): sample afresh with the newest weights
+            _, pending = self._submit(self._next_rows(), step)
+            groups, metrics, _ = self._fresh_and_scored(step, pending.result())
         for name, value in metrics.items():
             self.ctx.log(name, value)
+        return groups
+
+    def _request(self, rows: Rows, step: int) -> tuple[Rows, Pending | _ScoredAhead]:
+        """Submits ``rows`` for RL step ``step + 1``; async: scored ahead on a background thread."""
+        rows, pending = self._submit(rows, step)
+        if not self.staleness.asynchronous:
+            return rows, pending
+        return rows, _ScoredAhead(pending, functools.partial(self._fresh_and_scored, step))
+
+    def _fresh_and_scored(self, step: int, groups: list[Group]) -> tuple[list[Group], dict[str, float], int]:
+        """Async: the groups fresh enough for step ``step + 1`` and their reward metrics; the count dropped."""
+        kept, dropped = drop_stale(groups, step, self.staleness.max_staleness)
+        return kept, (self._score(kept) if kept else {}), dropped
+
+    def _score(self, groups: list[Group]) -> dict[str, float]:
+        """Fills the groups' rewards (``module.score``, then DAPO overlong shaping); returns the reward metrics."""
+        scorer, module = self.services.scorer, self.module
+        with _SCORE_LOCK:
+            metrics = module.score(groups) if scorer is None else module.score(groups, scorer=scorer)
         if self.options.overlong_cache_len:
             episodes = [ep for group in groups for ep in group]
             max_len = module.sampling.max_new_tokens
             apply_overlong_penalty(episodes, max_len, self.options.overlong_cache_len, self.options.overlong_penalty)
-        return groups
-
-    def _sample(self, step: int) -> list[Group]:
-        """The next groups: the prefetched request if any; async: prefetch the next, drop the too-stale."""
-        if not self._inflight:
-            self._inflight.append(self._submit(self._next_rows(), step))
-        rows, pending = self._inflight.popleft()
-        self._collecting = rows
-        groups = pending.result()
-        self._collecting = None
-        if not self.staleness.asynchronous:
-            return groups
-        if step + 1 < self.ctx.max_steps:  # step k+1 samples now, while step k trains, with version k-1 weights
-            self._inflight.append(self._submit(self._next_rows(), step + 1))
-        max_staleness = self.staleness.max_staleness
-        kept, dropped = drop_stale(groups, step, max_staleness)
-        self.ctx.log("rollout/dropped_stale", dropped, Reduce.SUM)
-        while not kept:  # all too old (sync_interval > 1): sample afresh with the newest weights
-            _, pending = self._submit(self._next_rows(), step)
-            kept, _ = drop_stale(pending.result(), step, max_staleness)
-        return kept
+        return metrics
 
     def _next_rows(self) -> Rows:
         if self._resume_rows:  # saved per rank: already this rank's share
@@ -234,6 +260,27 @@ class RolloutEngine:
         self._resume_rows = deque(state.get("pending_rows", []))
         if "seed_rng" in state:
             self._seed_rng.set_state(state["seed_rng"])
+
+
+class _ScoredAhead:
+    """A submitted request scored on a background thread as soon as its completions arrive.
+
+    ``result()`` waits and gives ``prepare(groups)``; an exception raised there is raised by ``result()``.
+    """
+
+    def __init__(self, pending: Pending, prepare: Callable[[list[Group]], Any]) -> None:
+        self._future: Future = Future()
+        args = (pending, prepare)
+        threading.Thread(target=self._run, args=args, name="rlforge-score-ahead", daemon=True).start()
+
+    def _run(self, pending: Pending, prepare: Callable[[list[Group]], Any]) -> None:
+        try:
+            self._future.set_result(prepare(pending.result()))
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._future.set_exception(error)
+
+    def result(self) -> Any:
+        return self._future.result()
 
 
 class _Grouped:
