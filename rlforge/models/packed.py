@@ -16,8 +16,6 @@ otherwise (PEFT wrappers, sharded or gradient-checkpointed models, attention dro
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -125,6 +123,10 @@ class _Padder:
         flat = packed.new_zeros(self.batch * self.width, *packed.shape[1:])
         return flat.index_copy(0, self.fed, packed).view(self.batch, self.width, *packed.shape[1:])
 
+    def heads(self, packed: torch.Tensor) -> torch.Tensor:
+        """``[N, H, D]`` -> ``[B, H, T, D]``, the layout SDPA takes."""
+        return self.pad(packed).transpose(1, 2)
+
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
         return padded.reshape(self.batch * self.width, *padded.shape[2:]).index_select(0, self.fed)
 
@@ -157,12 +159,11 @@ def _response_layer(
     attn = layer.self_attn
     q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)  # [N, H(_kv), D]
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-    to_heads: Callable[[torch.Tensor], torch.Tensor] = lambda t: pad.pad(t).transpose(1, 2)  # noqa: E731
     # Each row's keys: its prompt's cache (gradients of all G rows flow back into the shared prompt pass).
-    keys = torch.cat([k_prompt.index_select(0, inverse), to_heads(k)], dim=2)
-    values = torch.cat([v_prompt.index_select(0, inverse), to_heads(v)], dim=2)
+    keys = torch.cat([k_prompt.index_select(0, inverse), pad.heads(k)], dim=2)
+    values = torch.cat([v_prompt.index_select(0, inverse), pad.heads(v)], dim=2)
     out = F.scaled_dot_product_attention(
-        to_heads(q), keys, values, attn_mask=attend, scale=attn.scaling, enable_gqa=True
+        pad.heads(q), keys, values, attn_mask=attend, scale=attn.scaling, enable_gqa=True
     )  # [B, H, T - 1, D]
     out = pad.unpad(out.transpose(1, 2)).flatten(1)  # [N, H * D]
     return mlp_residual(layer, _linear_add(x, out, attn.o_proj))
