@@ -54,17 +54,21 @@ def build_rlforge(
     lr: float = LR,
     loss: GRPOLoss | None = None,
     root: str = "rlforge_runs",
+    temperature: float = 1.0,
+    warmup_steps: int = 0,
 ) -> RLTrainer:
     """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation).
 
-    ``loss`` defaults to ``GRPOLoss(beta=0, clip 0.2)``; ``bench_learning.py`` passes its own task, lr and loss.
+    ``loss`` defaults to ``GRPOLoss(beta=0, clip 0.2)``; ``bench_learning.py`` and ``sweep_defaults.py`` pass
+    their own task, lr, loss, rollout temperature and warm-up.
     """
     module = GRPOModule(
         model=policy,
         loss=loss if loss is not None else GRPOLoss(beta=0.0, clip_low=0.2, clip_high=0.2),
         group_size=group,
-        sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0),
+        sampling=SamplingParams(max_new_tokens=new_tokens, temperature=temperature),
         lr=lr,
+        warmup_steps=warmup_steps,
         reward_fns=[MathReward()],
     )
     trainer = RLTrainer(

@@ -24,38 +24,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_grpo_step import build_rlforge  # noqa: E402
 from bench_learning import RUNS_DIR, SFT_STEPS, greedy_accuracy, warm_start  # noqa: E402
 
-from rlforge import GRPOModule, RLDataModule, RLTrainer  # noqa: E402
 from rlforge.data.tasks import make_task  # noqa: E402
-from rlforge.generation import SamplingParams  # noqa: E402
 from rlforge.losses import GRPOLoss  # noqa: E402
-from rlforge.rewards import MathReward  # noqa: E402
 
 
 def run(task: str, policy: str, args: argparse.Namespace, lr: float, warmup: int, aggregation: str) -> list[float]:
     """Train ``args.steps`` steps with one setting; greedy accuracy at step 0 and every ``args.eval_every``."""
-    module = GRPOModule(
-        model=policy,
-        loss=GRPOLoss(beta=args.beta, clip_low=args.clip_low, clip_high=args.clip_high, aggregation=aggregation),
-        group_size=args.group,
-        sampling=SamplingParams(max_new_tokens=args.new_tokens, temperature=args.temperature),
-        lr=lr,
-        warmup_steps=warmup,
-        reward_fns=[MathReward()],
-    )
-    trainer = RLTrainer(
-        max_steps=10**9,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        val_check_interval=None,
-        val_at_start=False,
-        grad_clip=1.0,
-        seed=args.seed,
-        default_root_dir=RUNS_DIR.name,
-    )
-    trainer.prepare(module, RLDataModule(task=task, batch_size=args.prompts, seed=args.seed))
+    loss = GRPOLoss(beta=args.beta, clip_low=args.clip_low, clip_high=args.clip_high, aggregation=aggregation)
+    trainer = build_rlforge(
+        policy, args.seed, prompts=args.prompts, group=args.group, new_tokens=args.new_tokens, task=task, lr=lr,
+        loss=loss, root=RUNS_DIR.name, temperature=args.temperature, warmup_steps=warmup,
+    )  # fmt: skip
+    module = trainer.module
     rows = make_task(task, seed=args.seed).val[: args.val_rows]
     accuracy = [greedy_accuracy(module.policy, module.tokenizer, rows, args.new_tokens)]
     while trainer.global_step < args.steps:
