@@ -48,7 +48,7 @@ class GRPOModule(PolicyModule):
         max_reward_error_frac: Fraction of failing reward calls in a step that stops the run.
         advantage: ``group`` (GRPO), ``drgrpo`` (mean only), ``rloo`` or ``batch``.
         lr: AdamW learning rate (unused when ``optimizer`` is set: give its ``lr`` there). The default 3e-5 is
-            the largest value that learned from every SFT warm start in ``benchmarks/sweep_defaults.py``
+            the largest value tried that learned from every SFT warm start in ``benchmarks/sweep_defaults.py``
             (1e-4 learns the shipped task faster but collapses some warm starts within 20 steps).
         weight_decay: AdamW weight decay (unused when ``optimizer`` is set).
         warmup_steps: Linear LR warm-up length in RL steps (0 disables).
