@@ -233,9 +233,12 @@ class GRPOModule(PolicyModule):
         mean_entropy = (entropy * mask).sum() / mask.sum().clamp(min=1.0)
         if self.entropy_coef:
             loss = loss - self.entropy_coef * mean_entropy
-        self.log("train/entropy", mean_entropy)
+        # Per-token means: weighted by their tokens, so micro-batches and ranks of unequal lengths average to the
+        # one-process value.
+        tokens = max(float(mask.sum()), 1.0)
+        self.log("train/entropy", mean_entropy, weight=tokens)
         for name, value in getattr(self.loss, "last_metrics", {}).items():
-            self.log(f"train/{name}", value)
+            self.log(f"train/{name}", value, weight=tokens)
         return loss
 
     def is_correct(self, prompt: str, response: str, target: str) -> bool:

@@ -61,24 +61,30 @@ def reduction_of(name: str) -> str:
 
 
 class _StepMean(MeanMetric):
-    """``MeanMetric`` fed a whole step at once, summed in order in float64 (the mean of Python floats, bit for bit)."""
+    """``MeanMetric`` fed a whole step at once, summed in order in float64 (the mean of Python floats, bit for bit).
 
-    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
-        self.mean_value += sum(values)  # Python's left-to-right float sum, then 0.0 + s: exact
-        self.weight += len(values)
+    ``weights`` make it a weighted mean (a per-token mean logged with its token count stays a per-token mean
+    over micro-batches and ranks); weights of 1 give exactly the unweighted sums (``v * 1.0 == v``).
+    """
+
+    def update(self, values: Sequence[float], weights: Sequence[float] | None = None) -> None:  # type: ignore[override]
+        if weights is None:
+            weights = [1.0] * len(values)
+        self.mean_value += sum(v * w for v, w in zip(values, weights, strict=True))  # left-to-right float sum
+        self.weight += sum(weights)
 
 
 class _StepSum(SumMetric):
     """``SumMetric`` fed a whole step at once, summed in order in float64."""
 
-    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+    def update(self, values: Sequence[float], weights: Sequence[float] | None = None) -> None:  # type: ignore[override]
         self.sum_value += sum(values)
 
 
 class _StepMax(MaxMetric):
     """``MaxMetric`` fed a whole step at once."""
 
-    def update(self, values: Sequence[float]) -> None:  # type: ignore[override]
+    def update(self, values: Sequence[float], weights: Sequence[float] | None = None) -> None:  # type: ignore[override]
         if values:
             self.max_value = torch.maximum(self.max_value, torch.tensor(values, dtype=torch.float64).max())
 
@@ -96,7 +102,9 @@ class StepReducer:
     def __init__(self) -> None:
         self._metrics: dict[tuple[str, str], Metric] = {}
 
-    def reduce(self, name: str, values: Sequence[float], reduce: str = "mean") -> float | None:
+    def reduce(
+        self, name: str, values: Sequence[float], reduce: str = "mean", weights: Sequence[float] | None = None
+    ) -> float | None:
         """The ``reduce`` of ``values`` logged under ``name`` this step, over every rank's values when a process
         group runs (a rank with no values contributes none); ``None`` for ``last`` without values.
 
@@ -104,6 +112,7 @@ class StepReducer:
             name: Metric name.
             values: The values logged this step, in order.
             reduce: ``mean``, ``sum`` or ``max``.
+            weights: One weight per value for ``mean`` (default all 1); ignored by the other reductions.
         """
         if reduce not in REDUCTIONS:
             raise ValueError(f"reduce={reduce!r} for metric {name!r}; choose one of {', '.join(REDUCTIONS)}")
@@ -113,7 +122,7 @@ class StepReducer:
         if metric is None:
             metric = _AGGREGATORS[reduce](nan_strategy="disable").set_dtype(torch.float64)
             self._metrics[(name, reduce)] = metric
-        metric.update([float(v) for v in values])  # none on this rank: sum 0, weight 0, max -inf
+        metric.update([float(v) for v in values], weights)  # none on this rank: sum 0, weight 0, max -inf
         value = float(metric.compute())
         metric.reset()
         return value

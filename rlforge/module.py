@@ -106,11 +106,12 @@ class RLModule(nn.Module):
         """Correctness of one validation response (``val/accuracy``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement is_correct()")
 
-    def log(self, name: str, value: float | torch.Tensor) -> None:
-        """Records a metric for the current step (averaged if logged several times in a step)."""
+    def log(self, name: str, value: float | torch.Tensor, weight: float = 1.0) -> None:
+        """Records a metric for the current step (averaged if logged several times in a step, over micro-batches
+        and ranks; ``weight`` is the value's weight in that average, e.g. the tokens a per-token mean covers)."""
         if self.trainer is None:
             raise RuntimeError("RLModule.log() called before the module was attached to a trainer")
-        self.trainer.log(name, value)
+        self.trainer.log(name, value, weight=weight)
 
     # ----------------------------------------------------------------------------------- hooks (no-op)
     def setup(self, stage: str) -> None: ...

@@ -25,6 +25,7 @@ class StepMetrics:
     def __init__(self, loggers: Sequence[Any], latest: dict[str, float]) -> None:
         self.loggers, self.latest = loggers, latest
         self._values: dict[str, list[float]] = defaultdict(list)
+        self._weights: dict[str, list[float]] = defaultdict(list)
         self._reduce: dict[str, str] = {}
         self._reducer = StepReducer()  # one per run: its aggregators are reused step after step
         self._flushed_step: int | None = None
@@ -33,14 +34,15 @@ class StepMetrics:
         """Starts collecting a new step."""
         self._flushed_step = None
 
-    def record(self, name: str, value: float, reduce: Reduce | str | None = None) -> None:
-        """Logs ``value`` under ``name`` for the current step."""
+    def record(self, name: str, value: float, reduce: Reduce | str | None = None, weight: float = 1.0) -> None:
+        """Logs ``value`` under ``name`` for the current step; ``weight`` counts it in a mean (e.g. its tokens)."""
         if reduce is not None:
             self._reduce[name] = str(Reduce(reduce))
         if self._flushed_step is not None:
             self._send({name: float(value)}, self._flushed_step)
             return
         self._values[name].append(float(value))
+        self._weights[name].append(float(weight))
 
     def flush(self, step: int) -> dict[str, float]:
         """Reduces what was logged, sends it to the loggers as ``step`` and returns it.
@@ -57,10 +59,10 @@ class StepMetrics:
             logged = dict(sorted(logged.items()))
         metrics = {}
         for name, reduce in logged.items():
-            value = self._reducer.reduce(name, self._values.get(name, []), reduce)
+            value = self._reducer.reduce(name, self._values.get(name, []), reduce, self._weights.get(name, []))
             if value is not None:
                 metrics[name] = value
-        self._values = defaultdict(list)
+        self._values, self._weights = defaultdict(list), defaultdict(list)
         self._flushed_step = step
         self._send(metrics, step)
         return metrics
@@ -71,7 +73,7 @@ class StepMetrics:
 
     def discard(self) -> None:
         """Drops values logged outside a step (``train_step`` used on its own)."""
-        self._values = defaultdict(list)
+        self._values, self._weights = defaultdict(list), defaultdict(list)
 
     def _send(self, metrics: dict[str, float], step: int) -> None:
         self.latest.update(metrics)

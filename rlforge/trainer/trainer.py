@@ -193,10 +193,14 @@ class RLTrainer:
             return self._run_dir
         return self.loggers[0].log_dir if self.loggers else Path(self.default_root_dir)
 
-    def log(self, name: str, value: float | torch.Tensor, reduce: Reduce | str | None = None) -> None:
+    def log(
+        self, name: str, value: float | torch.Tensor, reduce: Reduce | str | None = None, weight: float = 1.0
+    ) -> None:
         """Records a metric for the current step; ``reduce`` (mean/sum/max/last) says how values of a step
-        combine (default: the name's ``rlforge.metrics.register_reduction``, else mean)."""
-        self.metrics.record(name, float(value.detach() if isinstance(value, torch.Tensor) else value), reduce)
+        combine (default: the name's ``rlforge.metrics.register_reduction``, else mean); ``weight`` is the
+        value's weight in that mean over micro-batches and ranks (a per-token mean passes its token count)."""
+        value = float(value.detach() if isinstance(value, torch.Tensor) else value)
+        self.metrics.record(name, value, reduce, weight)
 
     # ------------------------------------------------------------------------------------ entry points
     def fit(self, module: RLModule, datamodule: RLDataModule | None = None, ckpt_path: str | None = None) -> None:

@@ -64,6 +64,7 @@ def _worker(rank: int, port: int, queue) -> None:
         metrics.record("shared", 1.0 + rank)
         metrics.record(f"only_{rank}", 10.0 * (rank + 1), "sum")
         metrics.record("peak", 3.0 - rank, "max")
+        metrics.record("per_token", 2.0 + 2 * rank, weight=1.0 + 2 * rank)  # rank 0: 1 token at 2, rank 1: 3 at 4
         queue.put((rank, results, metrics.flush(1)))
     finally:
         dist.destroy_process_group()
@@ -97,4 +98,5 @@ def test_metrics_logged_on_one_rank_are_reduced_over_all(outcome):
     for rank in range(WORLD):
         flushed = outcome[rank][1]
         assert list(flushed) == sorted(flushed)  # same order everywhere: the computes are collectives
-        assert flushed == {"only_0": 10.0, "only_1": 20.0, "peak": 3.0, "shared": 1.5}
+        # a weighted mean is over every rank's weights: (1 * 2 + 3 * 4) / 4 tokens, not (2 + 4) / 2 ranks
+        assert flushed == {"only_0": 10.0, "only_1": 20.0, "peak": 3.0, "shared": 1.5, "per_token": 3.5}

@@ -31,6 +31,18 @@ def test_each_value_carries_its_reduction():
     assert logger.calls == [(out, 7)] and latest == out
 
 
+def test_a_weighted_mean_counts_each_value_by_its_weight():
+    """Per-token means of micro-batches with unequal token counts average to the per-token mean of the step."""
+    metrics = StepMetrics([], {})
+    metrics.record("train/kl", 0.5, weight=6.0)  # 6 tokens with mean 0.5
+    metrics.record("train/kl", 2.0, weight=2.0)  # 2 tokens with mean 2.0
+    metrics.record("train/entropy", 0.1)
+    metrics.record("train/entropy", 0.2)  # unweighted values keep the exact sum of Python floats
+    metrics.record("reward/errors", 2.0, weight=5.0)  # a weight does not touch a sum
+    out = metrics.flush(1)
+    assert out == {"train/kl": (6 * 0.5 + 2 * 2.0) / 8, "train/entropy": (0.1 + 0.2) / 2, "reward/errors": 2.0}
+
+
 def test_values_after_the_flush_go_straight_to_the_step_that_ended():
     logger, latest = _Logger(), {}
     metrics = StepMetrics([logger], latest)
