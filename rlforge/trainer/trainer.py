@@ -196,11 +196,8 @@ class RLTrainer:
     def log(
         self, name: str, value: float | torch.Tensor, reduce: Reduce | str | None = None, weight: float = 1.0
     ) -> None:
-        """Records a metric for the current step; ``reduce`` (mean/sum/max/last) says how values of a step
-        combine (default: the name's ``rlforge.metrics.register_reduction``, else mean); ``weight`` is the
-        value's weight in that mean over micro-batches and ranks (a per-token mean passes its token count)."""
-        value = float(value.detach() if isinstance(value, torch.Tensor) else value)
-        self.metrics.record(name, value, reduce, weight)
+        """Records a step metric; ``reduce``: mean/sum/max/last (default by name); ``weight``: its weight in a mean."""
+        self.metrics.record(name, float(value.detach() if isinstance(value, torch.Tensor) else value), reduce, weight)
 
     # ------------------------------------------------------------------------------------ entry points
     def fit(self, module: RLModule, datamodule: RLDataModule | None = None, ckpt_path: str | None = None) -> None:
