@@ -5,7 +5,7 @@ rlforge, whose sampler holds its own copy of the weights). Both trainers live in
 turns step by step (A/B/A/B): TRL's ``train()`` drives, and a ``TrainerCallback`` runs one rlforge step
 after each TRL step, so both sides see the same machine load. Medians exclude the warm-up steps::
 
-    python benchmarks/bench_grpo_step.py --threads 1 2 --steps 8 --warmup 2
+    python benchmarks/bench_grpo_step.py --threads 1 2 --steps 8 --warmup 2 [--compile]
 
 Identical on both sides: the bundled default policy (0.86M Qwen3, fp32), the built-in ``addition`` prompts,
 8 prompts x 8 samples, 32 new tokens at temperature 1 (no top-k/top-p), ``MathReward``, the ``grpo`` loss
@@ -39,6 +39,7 @@ from rlforge.generation import SamplingParams
 from rlforge.losses import GRPOLoss
 from rlforge.models import DEFAULT_POLICY, load_policy
 from rlforge.rewards import MathReward
+from rlforge.strategies import LocalStrategy
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-4
 
@@ -56,11 +57,13 @@ def build_rlforge(
     root: str = "rlforge_runs",
     temperature: float = 1.0,
     warmup_steps: int = 0,
+    compile: bool = False,
 ) -> RLTrainer:
     """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation).
 
     ``loss`` defaults to ``GRPOLoss(beta=0, clip 0.2)``; ``bench_learning.py`` and ``sweep_defaults.py`` pass
-    their own task, lr, loss, rollout temperature and warm-up.
+    their own task, lr, loss, rollout temperature and warm-up. ``compile`` compiles both the training forward
+    (``GRPOModule(compile=True)``) and the sampler's decode step (``generator_options: {compile: true}``).
     """
     module = GRPOModule(
         model=policy,
@@ -70,8 +73,10 @@ def build_rlforge(
         lr=lr,
         warmup_steps=warmup_steps,
         reward_fns=[MathReward()],
+        compile=compile,
     )
     trainer = RLTrainer(
+        strategy=LocalStrategy(generator_options={"compile": True} if compile else None),
         max_steps=10**9,
         logger=False,
         enable_checkpointing=False,
@@ -152,22 +157,28 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end, 
     )
 
 
-def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int) -> tuple[float, float]:
-    """Median seconds per step (after ``warmup``) of rlforge and TRL, stepped alternately."""
+def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int, compiled: bool) -> dict[str, float]:
+    """Median seconds per step (after ``warmup``) of rlforge (and rlforge compiled) and TRL, stepped alternately.
+
+    The compiled side's warm-up steps absorb its compiles (~45 s training forward + ~30 s decode on 2 cores).
+    """
     torch.set_num_threads(threads)
-    ours = build_rlforge(policy, seed)
-    times: dict[str, list[float]] = {"rlforge": [], "trl": []}
+    ours = {"rlforge": build_rlforge(policy, seed)}
+    if compiled:
+        ours["compiled"] = build_rlforge(policy, seed, compile=True)
+    times: dict[str, list[float]] = {side: [] for side in (*ours, "trl")}
 
     def after_trl_step(trl_s: float) -> None:
         times["trl"].append(trl_s)
-        start = time.perf_counter()
-        ours.run_step()  # one full RL step, exactly what fit() runs per iteration
-        times["rlforge"].append(time.perf_counter() - start)
+        for side, trainer in ours.items():
+            start = time.perf_counter()
+            trainer.run_step()  # one full RL step, exactly what fit() runs per iteration
+            times[side].append(time.perf_counter() - start)
 
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_trl(policy, warmup + steps, seed, out, after_trl_step).train()
-    return tuple(statistics.median(times[side][warmup:]) for side in ("rlforge", "trl"))
+    return {side: statistics.median(seconds[warmup:]) for side, seconds in times.items()}
 
 
 def random_policy(folder: str, seed: int) -> str:
@@ -208,6 +219,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per side and thread count")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side first")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compile", action="store_true", help="also time rlforge with its training forward and decode compiled"
+    )
     parser.add_argument("--rss-steps", type=int, default=50, help="steps of the `rlforge fit` RSS run (0 skips)")
     args = parser.parse_args()
 
@@ -216,13 +230,19 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
     print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0; medians of {args.steps} steps")
-    print(f"{'policy':>8} {'threads':>7} {'rlforge s/step':>15} {'TRL s/step':>11} {'ratio':>6}")
+    extra = f" {'compiled s/step':>15}" if args.compile else ""
+    print(f"{'policy':>8} {'threads':>7} {'rlforge s/step':>15}{extra} {'TRL s/step':>11} {'ratio':>6}", end="")
+    print(f" {'ratio compiled':>14}" if args.compile else "")
     with tempfile.TemporaryDirectory() as folder:
         paths = {"default": DEFAULT_POLICY, "random": random_policy(folder, args.seed)}
         for policy in args.policies:
             for threads in args.threads:
-                ours, theirs = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed)
-                print(f"{policy:>8} {threads:>7} {ours:>15.3f} {theirs:>11.3f} {theirs / ours:>6.2f}", flush=True)
+                t = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed, args.compile)
+                row = f"{policy:>8} {threads:>7} {t['rlforge']:>15.3f}"
+                row += f" {t['compiled']:>15.3f}" if args.compile else ""
+                row += f" {t['trl']:>11.3f} {t['trl'] / t['rlforge']:>6.2f}"
+                row += f" {t['trl'] / t['compiled']:>14.2f}" if args.compile else ""
+                print(row, flush=True)
     if args.rss_steps:
         print(
             f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB"

@@ -75,6 +75,10 @@ class GRPOModule(PolicyModule):
             ``warmup_steps``.
         environment: Multi-turn episodes against an ``rlforge.envs.Environment`` (tools, games, OpenEnv) instead of
             one completion per prompt; the environment gives the reward (``reward_fns`` must be unset).
+        compile: Run the policy's training forward (the packed layers of ``rlforge.models.packed``, Llama-family
+            models) through ``torch.compile``: the first update compiles (~95 s on a 2-core CPU, ~35 s with
+            inductor's cache warm), later ones run ~1.2-1.6x faster there (``benchmarks/README.md``). The sampler's
+            decode step compiles through the strategy's ``generator_options: {compile: true}``.
         peft: PEFT adapters to train instead of the full model, a ``peft`` config by class_path, e.g.
             ``{class_path: peft.LoraConfig, init_args: {r: 8, lora_alpha: 16, target_modules: all-linear}}``
             (needs the ``peft`` extra; ``hf`` backend only). The generator gets the merged weights, the
@@ -111,6 +115,7 @@ class GRPOModule(PolicyModule):
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
         environment: Environment | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__(
             model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options,
@@ -177,6 +182,7 @@ class GRPOModule(PolicyModule):
                 f"module.overlong_cache_len must be in [0, sampling.max_new_tokens={self.sampling.max_new_tokens}), "
                 f"got {overlong_cache_len}"
             )
+        self.compile_forward = compile  # not `self.compile`: that is nn.Module.compile()
         self.rollout_options = RolloutOptions(
             dynamic_sampling, max_sampling_tries, overlong_cache_len, overlong_penalty, filter_truncated
         )
@@ -225,6 +231,7 @@ class GRPOModule(PolicyModule):
             temperature=self.sampling.temperature,
             with_entropy=True,
             entropy_grad=bool(self.entropy_coef),  # logged only: keep it out of the backward pass
+            compile=self.compile_forward,
         )
         loss = call_loss(
             self.loss, logprobs, batch.ref_logprobs, batch.advantages, batch.response_mask, batch.old_logprobs

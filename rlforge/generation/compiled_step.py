@@ -1,4 +1,5 @@
-"""When to run the decode step through ``torch.compile``, and the clean fall back to eager when it fails.
+"""When to run a step function (the decode step, the packed training layers) through ``torch.compile``, and the
+clean fall back to eager when it fails.
 
 Compiling pays only over many steps: on a 2-core CPU inductor spends ~30 s on the first graph of a small
 Qwen3 (~4 s when its on-disk cache already holds it), while one eager ``generate`` of 64 x 128 tokens takes
@@ -24,20 +25,32 @@ COMPILE_CHOICES = (True, False, "auto")
 
 
 class CompiledStep:
-    """Runs ``fn`` eagerly or compiled (one graph per shape bucket and sampling config; ``dynamic=False``).
+    """Runs ``fn`` eagerly or compiled (``fullgraph=True``; one graph per shape bucket and sampling config when
+    ``dynamic=False``, one graph for all sizes when ``dynamic=True``).
 
     Args:
-        fn: The step function; it must have static shapes for fixed inputs and no host syncs.
+        fn: The step function; no host syncs (a graph break would fail ``fullgraph``).
         compile: ``True`` compiles from the first call, ``False`` never, ``"auto"`` after ``compile_after_s``.
         compile_after_s: Eager decode seconds after which ``"auto"`` compiles.
+        dynamic: Compile with symbolic sizes (the packed training layers, whose token count changes every step).
+        name: What ``fn`` is, for the fall-back warning.
     """
 
-    def __init__(self, fn: Callable[..., Any], compile: bool | str = "auto", compile_after_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        compile: bool | str = "auto",
+        compile_after_s: float = 60.0,
+        *,
+        dynamic: bool = False,
+        name: str = "the decode step",
+    ) -> None:
         if compile not in COMPILE_CHOICES:
             raise ConfigError(f"generator compile must be true, false or 'auto', got {compile!r}")
         self.fn = fn
         self.mode = compile
         self.compile_after_s = compile_after_s
+        self.dynamic, self.name = dynamic, name
         self.eager_s = 0.0  # wall time of eager decodes so far (what "auto" weighs against a compile)
         self.failed = False
         self._compiled: Callable[..., Any] | None = None
@@ -58,12 +71,13 @@ class CompiledStep:
             return self.fn(*args)
         try:
             if self._compiled is None:
-                self._compiled = torch.compile(self.fn, dynamic=False, fullgraph=True)
+                self._compiled = torch.compile(self.fn, dynamic=self.dynamic, fullgraph=True)
             return self._compiled(*args)
         except Exception as err:  # noqa: BLE001 - no compiler, unsupported op, ...: eager is always correct
-            log.warning("torch.compile of the decode step failed (%s); decoding eagerly from now on", err)
+            log.warning("torch.compile of %s failed (%s); running it eagerly from now on", self.name, err)
             self.failed = True
-            # The step only writes this step's cache column, so running it again eagerly is exact.
+            # A step is a pure function of its arguments apart from writes it repeats exactly (the decode step's
+            # own cache column), so running it again eagerly is exact.
             return self.fn(*args)
 
     def timed(self) -> _EagerTimer:

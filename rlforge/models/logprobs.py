@@ -9,6 +9,7 @@ cost. The LM head only runs on the positions that predict response tokens.
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import torch
 from torch import nn
@@ -119,12 +120,12 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return -(logp.exp() * logp).sum(-1)
 
 
-def _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad):
+def _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile):
     """``compute_logprobs`` through ``packed_response_logits``, unpacked to ``[B, T]`` with zeros past each response."""
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len)
     if shared is None:  # every row its own prompt
         shared = (torch.arange(input_ids.shape[0], device=input_ids.device),) * 2
-    logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared)
+    logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared, compile=compile)
     zeros = torch.zeros(valid.shape, dtype=logits.dtype, device=logits.device)
     logprobs = zeros.masked_scatter(valid, token_logprobs(logits, input_ids[:, prompt_len:][valid], temperature))
     entropy = None
@@ -145,6 +146,7 @@ def compute_logprobs(
     share_prompts: bool = True,
     entropy_grad: bool = True,
     packed: bool = True,
+    compile: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Response-token logprobs ``[B, T]`` (and entropies) from one pass over the batch.
 
@@ -159,9 +161,19 @@ def compute_logprobs(
         entropy_grad: Keep the entropy in the autograd graph (only needed when it is part of the loss).
         packed: Run the padding-free forward of ``rlforge.models.packed`` when the model supports it (prompts
             shared, only real response tokens through the GEMMs); positions past a row's response get 0.
+        compile: Run the packed forward's layers through ``torch.compile`` (``packed_response_logits``). Other
+            forwards (a model or batch the packed one does not support) run eagerly, with a warning.
     """
     if packed and share_prompts and supports_packed(model, input_ids, attention_mask, prompt_len):
-        return _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad)
+        return _packed_logprobs(
+            model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile
+        )
+    if compile:
+        warnings.warn(
+            f"compile applies to the packed forward of Llama-family policies; this {type(model).__name__} batch "
+            "runs the HF forward uncompiled (see rlforge.models.packed.supports_packed)",
+            stacklevel=2,
+        )
     share_prompts = share_prompts and _accepts(model, "logits_to_keep") and _cache_kwarg(model) in _params(model)
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len) if share_prompts else None
     if shared is None:
