@@ -10,9 +10,10 @@ compile; a long one pays at most about what it already spent eagerly, and then d
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -79,6 +80,26 @@ class CompiledStep:
             # A step is a pure function of its arguments apart from writes it repeats exactly (the decode step's
             # own cache column), so running it again eagerly is exact.
             return self.fn(*args)
+
+    @contextlib.contextmanager
+    def reusing_graph(self) -> Iterator[None]:
+        """Calls inside run the graph the previous call ran, checking only the guards that tell cached graphs apart.
+
+        For the decode steps after a generation's first: their only changing size is marked dynamic, so they can
+        never need another graph (``tests/generation/test_compiled_decode.py`` checks that none recompiles), and
+        dynamo's guards on every weight of the model are ~0.3 ms a step that decide nothing. The first step of
+        each generation still runs every guard, which picks the graph for its batch and sampling settings.
+        The stance is process-wide: compiled code another thread runs meanwhile skips its guards too (rlforge's
+        own threads, reward scoring and environments, run none). Under a stance other than ``"default"`` (e.g. a
+        user's ``force_eager``) guards are kept and the stance left alone.
+        """
+        # torch 2.13 has no public getter for the current stance.
+        stance = getattr(getattr(torch._dynamo.eval_frame, "_stance", None), "stance", None)
+        if not self.active or self._compiled is None or stance != "default":
+            yield
+            return
+        with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+            yield
 
     def timed(self) -> _EagerTimer:
         """Context manager that records the wall time of a decode when it ran eagerly."""

@@ -13,6 +13,7 @@ step compiles into one graph and can be replayed by CUDA graphs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ from torch import nn
 
 _FAMILY = {"llama", "qwen2", "qwen3", "mistral"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}  # rope types whose tables do not depend on the length
+LayerOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 CACHE_BUCKET = 64  # cache lengths round up to a multiple of this, so compiled steps see few distinct shapes
 
 
@@ -87,7 +89,7 @@ def mlp_residual(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def prompt_layer(
     layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, heads: Heads
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> LayerOut:
     """One decoder layer over left-padded prompts ``x`` ``[P, W, hidden]`` (differentiable).
 
     Returns:
@@ -124,10 +126,12 @@ class KVDecoder:
 
     Args:
         model: An HF ``*ForCausalLM`` of a supported family (``model.model.layers``, ``model.lm_head``).
+        layer_fn: Runs one layer of the prefill; ``prompt_layer`` or a compiled wrapper of it.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, layer_fn: Callable[..., LayerOut] | None = None) -> None:
         self.model = model
+        self.layer_fn = layer_fn or prompt_layer
         self.heads = Heads.of(model.config)
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -160,7 +164,7 @@ class KVDecoder:
     # ------------------------------------------------------------------------------------------ prefill
     def _prefill_layer(self, i: int, layer: nn.Module, x: torch.Tensor, cos, sin, mask) -> torch.Tensor:
         """One decoder layer on the prompts ``x`` ``[P, W, hidden]``; their keys/values go to columns ``:W``."""
-        x, k, v = prompt_layer(layer, x, cos, sin, mask, self.heads)
+        x, k, v = self.layer_fn(layer, x, cos, sin, mask, self.heads)
         b, t = x.shape[:2]
         self.keys[i][:b, :, :t] = k
         self.values[i][:b, :, :t] = v
@@ -202,9 +206,11 @@ class KVDecoder:
         for i, layer in enumerate(inner.layers):
             x = self._prefill_layer(i, layer, x, cos_p, sin_p, mask)
         logits = self.model.lm_head(_rms_norm(x[:, -1], inner.norm)).float()
-        # Broadcast each prompt's cache to its rows (index_select copies first, so rows may overlap prompts).
-        for buf in (*self.keys, *self.values):
-            buf[:batch, :, :width] = buf[:n_prompts, :, :width].index_select(0, rows)
+        # Broadcast each prompt's cache to its rows (index_select copies first, so rows may overlap prompts),
+        # unless every row samples its own prompt in order (n = 1), where the cache already is in place.
+        if batch != n_prompts or not bool((rows == torch.arange(batch, device=device)).all()):
+            for buf in (*self.keys, *self.values):
+                buf[:batch, :, :width] = buf[:n_prompts, :, :width].index_select(0, rows)
         self.valid = torch.ones(batch, total, dtype=torch.bool, device=device)
         self.valid[:, :width] = valid.index_select(0, rows)
         self.bias = torch.zeros(batch, total, dtype=param.dtype, device=device).masked_fill_(~self.valid, -torch.inf)

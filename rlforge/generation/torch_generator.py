@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlforge.generation.compiled_step import CompiledStep
-from rlforge.generation.decoder import KVDecoder
+from rlforge.generation.decoder import KVDecoder, prompt_layer
 from rlforge.generation.params import SamplingParams
 from rlforge.generation.sampling import draw_uniforms, filter_logits, sample_tokens
 from rlforge.types import Completion
@@ -59,10 +59,11 @@ class TorchGenerator:
         seed: Seed of the sampler's own RNG (kept in ``state_dict`` for exact resume).
         policy_version: Version of the weights the model currently holds.
         static_cache: Decode supported architectures with ``KVDecoder`` (``False``: always the HF forward).
-        compile: Run the ``KVDecoder`` decode step (forward and sampling, one graph per shape bucket) through
-            ``torch.compile``: ``True`` from the first call, ``False`` never, ``"auto"`` once this generator's
-            eager decodes have taken ``compile_after_s`` seconds (so short runs never pay the compile). A failed
-            compile falls back to eager with a warning. See ``rlforge/generation/compiled_step.py``.
+        compile: Run the ``KVDecoder`` decode step (forward and sampling, one graph per shape bucket) and the
+            prefill's layers through ``torch.compile``: ``True`` from the first call, ``False`` never, ``"auto"``
+            once this generator's eager decodes have taken ``compile_after_s`` seconds (so short runs never pay
+            the compile). A failed compile falls back to eager with a warning. See
+            ``rlforge/generation/compiled_step.py``.
         compile_after_s: The eager decode time after which ``compile="auto"`` compiles.
     """
 
@@ -87,6 +88,8 @@ class TorchGenerator:
         self._cache_kw = _cache_kwarg(model)
         self.use_kv_decoder = static_cache
         self.decode_step = CompiledStep(_decode_step, compile, compile_after_s)
+        # The prefill's layers compile with the decode step (symbolic sizes: prompt count and width vary).
+        self.prefill_layer = CompiledStep(prompt_layer, True, dynamic=True, name="the prefill layer")
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copies ``state_dict`` into the sampler's model in place and records ``version``."""
@@ -159,7 +162,7 @@ class TorchGenerator:
         return torch.cat(parts, dim=1)
 
     def _decode_static(self, input_ids, attention_mask, rows, params):
-        decoder = KVDecoder(self.model)
+        decoder = KVDecoder(self.model, self.prefill_layer if self.decode_step.active else prompt_layer)
         try:
             logits = decoder.prefill(input_ids, attention_mask, rows, params.max_new_tokens)
             width, steps = input_ids.shape[1], params.max_new_tokens
@@ -177,7 +180,11 @@ class TorchGenerator:
                 span = decoder.span_columns(decoder.keys[0].shape[2] if static else width + t)
                 if compiled and not static:
                     torch._dynamo.maybe_mark_dynamic(span, 0)  # one compiled graph for every length
-                return self.decode_step(decoder, tok, positions[t - 1], columns[t - 1], span, u, *sampling)
+                args = (decoder, tok, positions[t - 1], columns[t - 1], span, u, *sampling)
+                if t == 1:
+                    return self.decode_step(*args)
+                with self.decode_step.reusing_graph():
+                    return self.decode_step(*args)
 
             with self.decode_step.timed():
                 return self._decode(logits, advance, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -42,6 +43,35 @@ def test_compiled_decode_matches_eager(tiny_policy):
             assert c.token_ids == r.token_ids and c.stop_reason == r.stop_reason
             assert max(abs(a - b) for a, b in zip(c.logprobs, r.logprobs, strict=True)) < 1e-5
     assert compiled.state_dict()["rng"].equal(eager.state_dict()["rng"])
+    assert not compiled.prefill_layer.failed and compiled.prefill_layer._compiled is not None  # prefill compiled too
+
+
+@pytest.mark.slow
+def test_decode_steps_after_the_first_never_recompile(tiny_policy, monkeypatch):
+    """Steps after a generation's first skip dynamo's guards (``reusing_graph``), which is exact only if none of
+    them would need another graph: ``fail_on_recompile`` in its place proves that for new batches and lengths."""
+    model, tokenizer = tiny_policy
+    gen = TorchGenerator(model, tokenizer, seed=3, compile=True)
+    reused = []
+
+    @contextlib.contextmanager
+    def strict():
+        reused.append(1)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            yield
+
+    monkeypatch.setattr(gen.decode_step, "reusing_graph", strict)
+    prompts = _encode(tokenizer)
+    settings = (
+        (prompts, SamplingParams(max_new_tokens=20, n=2)),
+        (prompts[:1], SamplingParams(max_new_tokens=70, n=3)),  # another batch, a longer cache bucket
+        (prompts[1:], SamplingParams(max_new_tokens=20, n=2, temperature=0.0)),  # greedy: another graph
+        (prompts, SamplingParams(max_new_tokens=12, n=2)),  # back to the first graph
+    )
+    for batch, params in settings:
+        gen.generate(batch, params)
+        assert not gen.decode_step.failed  # a recompile inside the loop raises, and the step would fall back
+    assert len(reused) > 60
 
 
 def test_failed_compile_falls_back_to_eager(tiny_policy, monkeypatch, caplog):
@@ -90,3 +120,21 @@ def test_stop_checks_every_k_steps_give_the_same_completions(tiny_policy, monkey
     assert len({len(c.token_ids) for c in every_step}) > 3
     for a, b in zip(every_8, every_step, strict=True):
         assert (a.token_ids, a.logprobs, a.stop_reason) == (b.token_ids, b.logprobs, b.stop_reason)
+
+
+def test_reusing_graph_skips_guards_only_when_compiled_under_the_default_stance():
+    from torch._dynamo import eval_frame  # the stance has no public getter
+
+    step = CompiledStep(lambda x: x + 1, compile=True)
+    with step.reusing_graph():
+        assert not eval_frame._stance.skip_guard_eval_unsafe  # nothing compiled yet: the next call needs guards
+    assert step(torch.ones(2)).tolist() == [2.0, 2.0]
+    with step.reusing_graph():
+        assert eval_frame._stance.skip_guard_eval_unsafe
+    assert not eval_frame._stance.skip_guard_eval_unsafe
+    with torch.compiler.set_stance("force_eager"), step.reusing_graph():  # a user's stance is left alone
+        assert eval_frame._stance.stance == "force_eager" and not eval_frame._stance.skip_guard_eval_unsafe
+    eager = CompiledStep(lambda x: x + 1, compile=False)
+    eager(torch.ones(2))
+    with eager.reusing_graph():
+        assert not eval_frame._stance.skip_guard_eval_unsafe
