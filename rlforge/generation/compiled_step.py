@@ -35,6 +35,7 @@ class CompiledStep:
         compile_after_s: Eager decode seconds after which ``"auto"`` compiles.
         dynamic: Compile with symbolic sizes (the packed training layers, whose token count changes every step).
         name: What ``fn`` is, for the fall-back warning.
+        options: Inductor options for this compile only (``torch.compile(options=...)``).
     """
 
     def __init__(
@@ -45,13 +46,14 @@ class CompiledStep:
         *,
         dynamic: bool = False,
         name: str = "the decode step",
+        options: dict[str, Any] | None = None,
     ) -> None:
         if compile not in COMPILE_CHOICES:
             raise ConfigError(f"generator compile must be true, false or 'auto', got {compile!r}")
         self.fn = fn
         self.mode = compile
         self.compile_after_s = compile_after_s
-        self.dynamic, self.name = dynamic, name
+        self.dynamic, self.name, self.options = dynamic, name, options
         self.eager_s = 0.0  # wall time of eager decodes so far (what "auto" weighs against a compile)
         self.failed = False
         self._compiled: Callable[..., Any] | None = None
@@ -72,7 +74,7 @@ class CompiledStep:
             return self.fn(*args)
         try:
             if self._compiled is None:
-                self._compiled = torch.compile(self.fn, dynamic=self.dynamic, fullgraph=True)
+                self._compiled = torch.compile(self.fn, dynamic=self.dynamic, fullgraph=True, options=self.options)
             return self._compiled(*args)
         except Exception as err:  # noqa: BLE001 - no compiler, unsupported op, ...: eager is always correct
             log.warning("torch.compile of %s failed (%s); running it eagerly from now on", self.name, err)

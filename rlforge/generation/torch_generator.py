@@ -87,7 +87,11 @@ class TorchGenerator:
         self.rng.manual_seed(seed)
         self._cache_kw = _cache_kwarg(model)
         self.use_kv_decoder = static_cache
-        self.decode_step = CompiledStep(_decode_step, compile, compile_after_s)
+        # On CPU the decode step's kernels are called from C++ instead of inductor's Python wrapper: a step's fixed
+        # cost goes from ~0.78 to ~0.55 ms (batch 64: 4.5% of a 1-thread generate, 9% at 2 threads; the compile
+        # takes as long). On CUDA the Python wrapper stays, the path CUDA graphs take.
+        options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
+        self.decode_step = CompiledStep(_decode_step, compile, compile_after_s, options=options)
         # The prefill's layers compile with the decode step (symbolic sizes: prompt count and width vary).
         self.prefill_layer = CompiledStep(prompt_layer, True, dynamic=True, name="the prefill layer")
 

@@ -44,6 +44,7 @@ def test_compiled_decode_matches_eager(tiny_policy):
             assert max(abs(a - b) for a, b in zip(c.logprobs, r.logprobs, strict=True)) < 1e-5
     assert compiled.state_dict()["rng"].equal(eager.state_dict()["rng"])
     assert not compiled.prefill_layer.failed and compiled.prefill_layer._compiled is not None  # prefill compiled too
+    assert compiled.decode_step.options == {"cpp_wrapper": True}  # what ran above: the CPU build of the step
 
 
 @pytest.mark.slow
