@@ -31,6 +31,7 @@ from rlforge.generation.decoder import (
     _linear_add,
     _rms_norm,
     _rotate,
+    last_prompt_layer,
     mlp_residual,
     project_qkv,
     prompt_layer,
@@ -108,8 +109,12 @@ def packed_response_logits(
     attend = _response_mask(prompt_valid.bool().index_select(0, inverse), feeds)
     pad = _Padder(batch, feeds.shape[1], fed)
 
-    for layer in inner.layers:
-        x_prompt, k_prompt, v_prompt = run_prompt(layer, x_prompt, cos_p, sin_p, mask_prompt, heads)
+    last = len(inner.layers) - 1
+    for i, layer in enumerate(inner.layers):
+        # Past its keys and values, the prompt's last layer only feeds the prompt's last position (eager: a third
+        # compiled function would cost another graph for one small call per step).
+        prompt_fn = last_prompt_layer if i == last else run_prompt
+        x_prompt, k_prompt, v_prompt = prompt_fn(layer, x_prompt, cos_p, sin_p, mask_prompt, heads)
         if fed.numel():  # else every response has at most one token: its prompt predicts it
             x = run_response(layer, x, k_prompt, v_prompt, inverse, cos_n, sin_n, attend, pad, heads)
 
