@@ -75,10 +75,12 @@ class GRPOModule(PolicyModule):
             ``warmup_steps``.
         environment: Multi-turn episodes against an ``rlforge.envs.Environment`` (tools, games, OpenEnv) instead of
             one completion per prompt; the environment gives the reward (``reward_fns`` must be unset).
-        compile: Run the policy's training forward (the packed layers of ``rlforge.models.packed``, Llama-family
-            models) through ``torch.compile``: the first update compiles (~95 s on a 2-core CPU, ~35 s with
-            inductor's cache warm), later ones run ~1.2-1.6x faster there (``benchmarks/README.md``). The sampler's
-            decode step compiles through the strategy's ``generator_options: {compile: true}``.
+        compile: Run the policy's logprob forwards (the packed layers of ``rlforge.models.packed``, Llama-family
+            models) through ``torch.compile``: the training forward, and the reference and proximal forwards when
+            the run has them. The first update compiles (~95 s on a 2-core CPU, ~35 s with inductor's cache warm;
+            a reference forward adds its no-grad graphs, ~20 s), later ones run ~1.2-1.6x faster there
+            (``benchmarks/README.md``). The sampler's decode step compiles through the strategy's
+            ``generator_options: {compile: true}``.
         peft: PEFT adapters to train instead of the full model, a ``peft`` config by class_path, e.g.
             ``{class_path: peft.LoraConfig, init_args: {r: 8, lora_alpha: 16, target_modules: all-linear}}``
             (needs the ``peft`` extra; ``hf`` backend only). The generator gets the merged weights, the

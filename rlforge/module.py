@@ -46,6 +46,8 @@ class RLModule(nn.Module):
         self.sampling = SamplingParams()
         self.val_sampling = SamplingParams(temperature=0.0)
         self.needs_reference = False
+        # The policy's logprob forwards (training, reference, proximal) run the packed layers through torch.compile.
+        self.compile_forward = False
         self.chat_template, self.system_prompt = False, None  # see encode_prompt
         self.environment: Environment | None = None  # set: rollouts are multi-turn episodes (rlforge.envs)
 

@@ -229,7 +229,12 @@ class RolloutEngine:
             return batch
         module = self.module
         prox, _ = compute_logprobs(
-            module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, module.sampling.temperature
+            module.policy,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.prompt_len,
+            module.sampling.temperature,
+            compile=module.compile_forward,
         )
         batch, metrics = truncated_is(batch, prox * batch.response_mask, self.staleness.tis_cap)
         for name, value in metrics.items():

@@ -21,10 +21,11 @@ class LocalReference:
 
     Args:
         policy: The trainable policy at the start of the run.
+        compile: Run the packed forward's layers through ``torch.compile`` (``compute_logprobs``).
     """
 
-    def __init__(self, policy: nn.Module) -> None:
-        self._peft = is_peft_model(policy)
+    def __init__(self, policy: nn.Module, compile: bool = False) -> None:
+        self._peft, self.compile = is_peft_model(policy), compile
         self.model = policy if self._peft else copy.deepcopy(policy).requires_grad_(False).eval()
 
     @torch.no_grad()
@@ -34,9 +35,10 @@ class LocalReference:
                 return self._logprobs(reference, batch, temperature)
         return self._logprobs(self.model, batch, temperature)
 
-    @staticmethod
-    def _logprobs(model: nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
-        logprobs, _ = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature)
+    def _logprobs(self, model: nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
+        logprobs, _ = compute_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature, compile=self.compile
+        )
         return logprobs
 
     def state_dict(self) -> dict[str, torch.Tensor]:

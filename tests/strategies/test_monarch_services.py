@@ -91,6 +91,27 @@ def test_reference_actor_keeps_the_initial_weights(prepared, tiny_policy_dir):
     assert torch.allclose(remote * batch.response_mask, local * batch.response_mask, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_reference_actor_compiles_when_the_module_does(tiny_policy_dir):
+    """``GRPOModule(compile=True)`` reaches the reference actor, whose compiled logprobs equal the eager ones."""
+    strategy = MonarchStrategy(reward=ServiceConfig(num_replicas=0))
+    module = GRPOModule(model=tiny_policy_dir, group_size=2, loss=GRPOLoss(beta=0.1), compile=True)
+    trainer = RLTrainer(max_steps=1, strategy=strategy, logger=False, enable_progress_bar=False, seed=3)
+    try:
+        trainer.prepare(module, RLDataModule(batch_size=2))
+        services = trainer.services
+        rows = [{"prompt": "1 + 2 =", "target": "3"}, {"prompt": "30 + 4 =", "target": "34"}]
+        groups = _rollout(module, services, rows)
+        batch = collate_episodes([ep for g in groups for ep in g], module.tokenizer.pad_token_id)
+        remote = services.reference.logprobs(batch, 1.0)
+        state = services.reference.replica.actor.state.call_one().get(timeout=60)
+        local, _ = compute_logprobs(module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0)
+    finally:
+        strategy.teardown()
+    assert state["compile"] is True
+    assert torch.allclose(remote * batch.response_mask, local * batch.response_mask, atol=1e-5)
+
+
 def test_reward_workers_match_the_in_process_runner(prepared):
     trainer, module, services = prepared
     rows = [{"prompt": f"{a} + 1 =", "target": str(a + 1)} for a in range(5)]

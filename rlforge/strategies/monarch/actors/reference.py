@@ -19,12 +19,15 @@ class ReferenceActor(Actor):
         spec: How to build the copy.
         device: Its device.
         num_threads: torch intra-op threads of this process (``None``: torch's default).
+        compile: Run the packed forward's layers through ``torch.compile`` (the module's ``compile_forward``).
     """
 
-    def __init__(self, spec: PolicySpec, device: str = "cpu", num_threads: int | None = None) -> None:
+    def __init__(
+        self, spec: PolicySpec, device: str = "cpu", num_threads: int | None = None, compile: bool = False
+    ) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.device = torch.device(device)
+        self.device, self.compile = torch.device(device), compile
         self.model = spec.build(device)
         self.receiver = WeightReceiver()
         self.version = -1
@@ -40,11 +43,10 @@ class ReferenceActor(Actor):
     def logprobs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float
     ) -> torch.Tensor:
-        logprobs, _ = compute_logprobs(
-            self.model, input_ids.to(self.device), attention_mask.to(self.device), prompt_len, temperature
-        )
+        ids, mask = input_ids.to(self.device), attention_mask.to(self.device)
+        logprobs, _ = compute_logprobs(self.model, ids, mask, prompt_len, temperature, compile=self.compile)
         return logprobs.cpu()
 
     @endpoint
     def state(self) -> dict[str, Any]:
-        return {"version": self.version}
+        return {"version": self.version, "compile": self.compile}
