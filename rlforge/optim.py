@@ -66,7 +66,7 @@ def build_optimizers(
     """``{"optimizer": ..., "lr_scheduler": ...}``: the given factories, else AdamW and linear warm-up.
 
     The default AdamW runs torch's fused kernel where every parameter allows it (``fused_adamw_supported``): the same
-    update as the per-tensor loop up to float rounding, in one pass (0.86M parameters on CPU: 5.6 -> 1.4 ms a step).
+    update as the per-tensor loop up to float rounding, in one pass over the parameters.
     """
     if optimizer is None:
         params = list(params)
