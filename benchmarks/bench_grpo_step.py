@@ -5,12 +5,14 @@ rlforge, whose sampler holds its own copy of the weights). Both trainers live in
 turns step by step (A/B/A/B): TRL's ``train()`` drives, and a ``TrainerCallback`` runs one rlforge step
 after each TRL step, so both sides see the same machine load. Medians exclude the warm-up steps::
 
-    python benchmarks/bench_grpo_step.py --threads 1 2 --steps 8 --warmup 2 [--compile]
+    python benchmarks/bench_grpo_step.py --threads 1 2 --steps 8 --warmup 2 [--compile] [--precision bf16-mixed]
 
 Identical on both sides: the bundled default policy (0.86M Qwen3, fp32), the built-in ``addition`` prompts,
 8 prompts x 8 samples, 32 new tokens at temperature 1 (no top-k/top-p), ``MathReward``, the ``grpo`` loss
 (per-sequence token mean, clip 0.2), beta 0 (no reference model), AdamW lr 1e-4 constant, weight decay 0,
-grad clip 1.0, one optimizer step per generation batch. TRL is configured for CPU as fairly as we know:
+grad clip 1.0, one optimizer step per generation batch. ``--precision bf16-mixed`` runs both sides under bf16
+autocast with fp32 weights: rlforge's ``GRPOModule(precision="bf16-mixed")`` (its logprob forwards; the sampler stays
+fp32) and TRL's ``bf16=True`` (its forwards, generation included). TRL is configured for CPU as fairly as we know:
 ``use_cpu=True``, ``bf16=False`` (its bf16 default is several times slower on CPU), no gradient
 checkpointing, ``steps_per_generation=1``, no logging inside the timed region.
 
@@ -58,6 +60,7 @@ def build_rlforge(
     temperature: float = 1.0,
     warmup_steps: int = 0,
     compile: bool = False,
+    precision: str = "32-true",
 ) -> RLTrainer:
     """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation).
 
@@ -74,6 +77,7 @@ def build_rlforge(
         warmup_steps=warmup_steps,
         reward_fns=[MathReward()],
         compile=compile,
+        precision=precision,
     )
     trainer = RLTrainer(
         strategy=LocalStrategy(generator_options={"compile": True} if compile else None),
@@ -157,15 +161,17 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end, 
     )
 
 
-def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int, compiled: bool) -> dict[str, float]:
+def time_pair(
+    policy: str, threads: int, steps: int, warmup: int, seed: int, compiled: bool, precision: str = "32-true"
+) -> dict[str, float]:
     """Median seconds per step (after ``warmup``) of rlforge (and rlforge compiled) and TRL, stepped alternately.
 
     The compiled side's warm-up steps absorb its compiles (~45 s training forward + ~30 s decode on 2 cores).
     """
     torch.set_num_threads(threads)
-    ours = {"rlforge": build_rlforge(policy, seed)}
+    ours = {"rlforge": build_rlforge(policy, seed, precision=precision)}
     if compiled:
-        ours["compiled"] = build_rlforge(policy, seed, compile=True)
+        ours["compiled"] = build_rlforge(policy, seed, compile=True, precision=precision)
     times: dict[str, list[float]] = {side: [] for side in (*ours, "trl")}
 
     def after_trl_step(trl_s: float) -> None:
@@ -177,7 +183,7 @@ def time_pair(policy: str, threads: int, steps: int, warmup: int, seed: int, com
 
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        build_trl(policy, warmup + steps, seed, out, after_trl_step).train()
+        build_trl(policy, warmup + steps, seed, out, after_trl_step, bf16=precision == "bf16-mixed").train()
     return {side: statistics.median(seconds[warmup:]) for side, seconds in times.items()}
 
 
@@ -222,6 +228,9 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also time rlforge with its training forward and decode compiled"
     )
+    parser.add_argument(
+        "--precision", choices=["32-true", "bf16-mixed"], default="32-true", help="both sides' compute precision"
+    )
     parser.add_argument("--rss-steps", type=int, default=50, help="steps of the `rlforge fit` RSS run (0 skips)")
     args = parser.parse_args()
 
@@ -229,15 +238,18 @@ def main() -> None:
     import trl
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
-    print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0; medians of {args.steps} steps")
+    print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0, precision {args.precision}; ", end="")
+    print(f"medians of {args.steps} steps")
     extra = f" {'compiled s/step':>15}" if args.compile else ""
     print(f"{'policy':>8} {'threads':>7} {'rlforge s/step':>15}{extra} {'TRL s/step':>11} {'ratio':>6}", end="")
     print(f" {'ratio compiled':>14}" if args.compile else "")
+    ratios: dict[tuple[str, int], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         paths = {"default": DEFAULT_POLICY, "random": random_policy(folder, args.seed)}
         for policy in args.policies:
             for threads in args.threads:
-                t = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed, args.compile)
+                t = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed, args.compile, args.precision)
+                ratios[policy, threads] = {side: t["trl"] / t[side] for side in t if side != "trl"}
                 row = f"{policy:>8} {threads:>7} {t['rlforge']:>15.3f}"
                 row += f" {t['compiled']:>15.3f}" if args.compile else ""
                 row += f" {t['trl']:>11.3f} {t['trl'] / t['rlforge']:>6.2f}"
@@ -247,6 +259,15 @@ def main() -> None:
         print(
             f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB"
         )
+    print(summary(ratios))
+
+
+def summary(ratios: dict[tuple[str, int], dict[str, float]]) -> str:
+    """The last line: the headline ratio (random policy at 1 thread, the issue's target) or the first row run."""
+    policy, threads = ("random", 1) if ("random", 1) in ratios else next(iter(ratios))
+    sides = ratios[policy, threads]
+    line = f"median TRL/rlforge s/step ratio, {policy} policy, {threads} thread(s): {sides['rlforge']:.2f}x"
+    return line + (f" (compiled {sides['compiled']:.2f}x)" if "compiled" in sides else "")
 
 
 if __name__ == "__main__":

@@ -9,30 +9,45 @@ random policy, so responses run long), alternated call by call; medians after th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_grpo_step, run as a script or imported
 from bench_grpo_step import build_rlforge, random_policy  # noqa: E402
 
 from rlforge.models import compute_logprobs  # noqa: E402
+from rlforge.types import TrainBatch  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def forward_args(doc: str) -> argparse.ArgumentParser:
+    """The options of a forward benchmark on one rollout batch: ``--threads``, ``--repeats``, ``--seed``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser
+
+
+@contextlib.contextmanager
+def random_rollout(seed: int) -> Iterator[tuple[nn.Module, TrainBatch, str]]:
+    """The random policy, one rollout batch of ``bench_grpo_step.py``'s trainer, and the policy's folder."""
     with tempfile.TemporaryDirectory() as folder:
-        trainer = build_rlforge(random_policy(folder, args.seed), args.seed)
+        trainer = build_rlforge(random_policy(folder, seed), seed)
         _, batch = trainer.rollout.next(0)
-        policy = trainer.module.policy
+        yield trainer.module.policy, batch, folder
+
+
+def main() -> None:
+    args = forward_args(__doc__).parse_args()
+    with random_rollout(args.seed) as (policy, batch, _):
         inputs = (policy, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0)
         shape, params = tuple(batch.input_ids.shape), policy.num_parameters()
         print(f"batch {shape}, prompt width {batch.prompt_len}, {params} parameters")

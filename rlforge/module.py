@@ -19,6 +19,7 @@ from rlforge.models import DEFAULT_POLICY, load_policy
 from rlforge.models.loading import check_backend
 from rlforge.models.peft import apply_peft, check_peft_config, trainable_parameters
 from rlforge.optim import LRSchedulerCallable, OptimizerCallable, build_optimizers, check_optimizer_args
+from rlforge.precision import check_precision
 from rlforge.rollout import RolloutOptions
 from rlforge.types import Group, TrainBatch
 
@@ -46,8 +47,10 @@ class RLModule(nn.Module):
         self.sampling = SamplingParams()
         self.val_sampling = SamplingParams(temperature=0.0)
         self.needs_reference = False
-        # The policy's logprob forwards (training, reference, proximal) run the packed layers through torch.compile.
+        # The policy's logprob forwards (training, reference, proximal) run the packed layers through torch.compile,
+        # at this compute precision (rlforge.precision).
         self.compile_forward = False
+        self.precision = "32-true"
         self.chat_template, self.system_prompt = False, None  # see encode_prompt
         self.environment: Environment | None = None  # set: rollouts are multi-turn episodes (rlforge.envs)
 
@@ -144,6 +147,8 @@ class PolicyModule(RLModule):
 
     The shared base of ``GRPOModule`` and ``SFTModule``; subclass it to keep that plumbing and write only
     the algorithm. ``optimizer``/``lr_scheduler`` replace AdamW(``lr``, ``weight_decay``) and the warm-up.
+    ``precision`` is the compute precision of the policy's forwards (``rlforge.precision``): ``32-true``, or
+    ``bf16-mixed`` (parameters and optimizer state stay in ``dtype``, the forward runs under bf16 autocast).
     """
 
     def __init__(
@@ -161,8 +166,10 @@ class PolicyModule(RLModule):
         *,
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
+        precision: str = "32-true",
     ) -> None:
         super().__init__()
+        self.precision = check_precision(precision)
         check_optimizer_args(type(self), lr, weight_decay, warmup_steps, optimizer, lr_scheduler)
         self.peft = check_peft_config(peft, backend)
         if system_prompt is not None and not chat_template:

@@ -235,6 +235,7 @@ class RolloutEngine:
             batch.prompt_len,
             module.sampling.temperature,
             compile=module.compile_forward,
+            precision=module.precision,
         )
         batch, metrics = truncated_is(batch, prox * batch.response_mask, self.staleness.tis_cap)
         for name, value in metrics.items():

@@ -12,6 +12,7 @@ from rlforge.errors import ConfigError
 from rlforge.generation import SamplingParams
 from rlforge.models import DEFAULT_POLICY
 from rlforge.module import PolicyModule
+from rlforge.precision import autocast
 from rlforge.rewards import MathReward
 
 
@@ -33,6 +34,7 @@ class SFTModule(PolicyModule):
         chat_template: Encode prompts as the user turn of the tokenizer's chat template.
         system_prompt: System message before the user turn (needs ``chat_template: true``).
         dtype: Policy parameter dtype.
+        precision: Compute precision of the forward: ``32-true`` or ``bf16-mixed`` (``rlforge.precision``).
         peft: PEFT adapters to train instead of the full model (e.g. ``peft.LoraConfig`` by class_path; the
             checkpoint's ``policy/`` is then the adapter folder).
     """
@@ -53,8 +55,11 @@ class SFTModule(PolicyModule):
         system_prompt: str | None = None,
         dtype: str = "float32",
         peft: Any = None,
+        precision: str = "32-true",
     ) -> None:
-        super().__init__(model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, peft=peft)
+        super().__init__(
+            model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, peft=peft, precision=precision
+        )
         if max_length < 2:
             raise ConfigError(f"module.max_length must be >= 2, got {max_length}")
         if micro_batch_size is not None and micro_batch_size < 1:
@@ -83,12 +88,13 @@ class SFTModule(PolicyModule):
         return batch.labels[:, 1:] != IGNORE_INDEX, "token-mean", None
 
     def _token_losses(self, batch: SFTBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.policy(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
+        with autocast(self.precision, batch.input_ids.device):
+            out = self.policy(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                use_cache=False,
+            )
         logits, labels = out.logits[:, :-1].float(), batch.labels[:, 1:]
         losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
         return losses, labels != IGNORE_INDEX

@@ -45,9 +45,20 @@ def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor)
     return torch.addcmul(x * cos, swapped, signed_sin)
 
 
+def low_precision(x: torch.Tensor) -> bool:
+    """Whether ops on ``x`` compute below fp32: a bf16/fp16 tensor, or a lower-precision autocast on its device."""
+    if x.dtype not in (torch.float32, torch.float64):
+        return True
+    device = x.device.type
+    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) not in (torch.float32, torch.float64)
+
+
 def _linear_add(residual: torch.Tensor, x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
-    """``residual + proj(x)`` for 2-D ``x`` in one GEMM when the projection has no bias."""
-    if proj.bias is None:
+    """``residual + proj(x)`` for 2-D ``x`` in one GEMM when the projection has no bias.
+
+    Under a bf16 autocast the sum stays unfused: ``addmm`` would round the fp32 residual stream to bf16.
+    """
+    if proj.bias is None and not low_precision(residual):
         return torch.addmm(residual, x, proj.weight.t())
     return residual + F.linear(x, proj.weight, proj.bias)
 
@@ -76,9 +87,29 @@ def project_qkv(
     q = F.linear(h_query, attn.q_proj.weight, attn.q_proj.bias).view(*h_query.shape[:-1], heads.n, heads.dim)
     k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(*shape, heads.n_kv, heads.dim)
     v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(*shape, heads.n_kv, heads.dim)
+    # Under a bf16 autocast the projections come out bf16: back to h's dtype, so norms, RoPE and the attention
+    # layout copies run in fp32 (inductor's fused kernels mixing the two were ~2x slower than either alone).
+    q, k, v = q.to(h.dtype), k.to(h.dtype), v.to(h.dtype)
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over each head before RoPE
         q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
     return q, k, v
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """SDPA of queries ``[B, H, T, D]`` over keys/values ``[B, H_kv, S, D]`` under the bool ``mask`` ``[B, 1, T, S]``.
+
+    On CPU it runs in fp32 even under a bf16 autocast or with bf16 weights: there CPU SDPA's bf16 backward took
+    over half of a bf16-mixed training forward + backward, and the bf16 gradients it hands back made inductor's
+    fused layout kernels ~5x slower (``benchmarks/bench_precision.py``); attention is a few % of the layer's FLOPs.
+    On GPU the flash kernels want bf16, and get it.
+    """
+    if q.device.type != "cpu" or not low_precision(q):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    with torch.autocast("cpu", enabled=False):
+        out = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), attn_mask=mask, scale=scale, enable_gqa=True
+        )
+    return out.to(q.dtype)
 
 
 def mlp_residual(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -102,7 +133,7 @@ def prompt_layer(
     b, t, _ = x.shape
     q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
     q, k, v = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
+    out = attention(q, k, v, mask, attn.scaling)
     # 2-D rows from here: the residual adds fuse into the GEMMs (addmm), and a compiled graph with symbolic
     # P and W needs no re-layout copy of the [P, W, ...] views (measured: the MLP kernel 3x slower with it).
     x = _linear_add(x.reshape(b * t, -1), out.transpose(1, 2).reshape(b * t, -1), attn.o_proj)
@@ -123,7 +154,7 @@ def last_prompt_layer(
     q, k, v = project_qkv(attn, h, heads, h_query=h[:, -1:])
     last_cos, last_sin = cos[:, :, -1:], sin[:, :, -1:]
     q, k, v = _rotate(q.transpose(1, 2), last_cos, last_sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, :, -1:], scale=attn.scaling, enable_gqa=True)
+    out = attention(q, k, v, mask[:, :, -1:], attn.scaling)
     x = _linear_add(x[:, -1], out.flatten(1), attn.o_proj)  # out: [P, H, 1, D]
     return mlp_residual(layer, x)[:, None], k, v
 

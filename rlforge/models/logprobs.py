@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlforge.models.packed import packed_response_logits, supports_packed
+from rlforge.precision import autocast
 
 
 def _params(model: nn.Module) -> set[str]:
@@ -120,12 +121,15 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return -(logp.exp() * logp).sum(-1)
 
 
-def _packed_logprobs(model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile):
+def _packed_logprobs(
+    model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile, precision
+):
     """``compute_logprobs`` through ``packed_response_logits``, unpacked to ``[B, T]`` with zeros past each response."""
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len)
     if shared is None:  # every row its own prompt
         shared = (torch.arange(input_ids.shape[0], device=input_ids.device),) * 2
-    logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared, compile=compile)
+    with autocast(precision, input_ids.device):
+        logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared, compile=compile)
     zeros = torch.zeros(valid.shape, dtype=logits.dtype, device=logits.device)
     logprobs = zeros.masked_scatter(valid, token_logprobs(logits, input_ids[:, prompt_len:][valid], temperature))
     entropy = None
@@ -147,6 +151,7 @@ def compute_logprobs(
     entropy_grad: bool = True,
     packed: bool = True,
     compile: bool = False,
+    precision: str = "32-true",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Response-token logprobs ``[B, T]`` (and entropies) from one pass over the batch.
 
@@ -163,10 +168,12 @@ def compute_logprobs(
             shared, only real response tokens through the GEMMs); positions past a row's response get 0.
         compile: Run the packed forward's layers through ``torch.compile`` (``packed_response_logits``). Other
             forwards (a model or batch the packed one does not support) run eagerly, with a warning.
+        precision: ``32-true``, or ``bf16-mixed`` to run the forward under bf16 autocast (``rlforge.precision``);
+            logprobs and entropies are computed from fp32 logits either way.
     """
     if packed and share_prompts and supports_packed(model, input_ids, attention_mask, prompt_len):
         return _packed_logprobs(
-            model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile
+            model, input_ids, attention_mask, prompt_len, temperature, with_entropy, entropy_grad, compile, precision
         )
     if compile:
         warnings.warn(
@@ -176,10 +183,11 @@ def compute_logprobs(
         )
     share_prompts = share_prompts and _accepts(model, "logits_to_keep") and _cache_kwarg(model) in _params(model)
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len) if share_prompts else None
-    if shared is None:
-        logits = response_logits(model, input_ids, attention_mask, prompt_len)
-    else:
-        logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_len, *shared)
+    with autocast(precision, input_ids.device):
+        if shared is None:
+            logits = response_logits(model, input_ids, attention_mask, prompt_len)
+        else:
+            logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_len, *shared)
     targets = input_ids[:, prompt_len:]
     logprobs = token_logprobs(logits, targets, temperature)
     entropy = None

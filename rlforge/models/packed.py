@@ -21,7 +21,6 @@ A compile error falls back to eager with one warning (``CompiledStep``).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from rlforge.generation.compiled_step import CompiledStep
@@ -31,6 +30,7 @@ from rlforge.generation.decoder import (
     _linear_add,
     _rms_norm,
     _rotate,
+    attention,
     last_prompt_layer,
     mlp_residual,
     project_qkv,
@@ -175,9 +175,7 @@ def _response_layer(
     # Each row's keys: its prompt's cache (gradients of all G rows flow back into the shared prompt pass).
     keys = torch.cat([k_prompt.index_select(0, inverse), pad.heads(k)], dim=2)
     values = torch.cat([v_prompt.index_select(0, inverse), pad.heads(v)], dim=2)
-    out = F.scaled_dot_product_attention(
-        pad.heads(q), keys, values, attn_mask=attend, scale=attn.scaling, enable_gqa=True
-    )  # [B, H, T - 1, D]
+    out = attention(pad.heads(q), keys, values, attend, attn.scaling)  # [B, H, T - 1, D]
     out = pad.unpad(out.transpose(1, 2)).flatten(1)  # [N, H * D]
     return mlp_residual(layer, _linear_add(x, out, attn.o_proj))
 

@@ -22,10 +22,11 @@ class LocalReference:
     Args:
         policy: The trainable policy at the start of the run.
         compile: Run the packed forward's layers through ``torch.compile`` (``compute_logprobs``).
+        precision: Compute precision of the forward, the policy module's (``rlforge.precision``).
     """
 
-    def __init__(self, policy: nn.Module, compile: bool = False) -> None:
-        self._peft, self.compile = is_peft_model(policy), compile
+    def __init__(self, policy: nn.Module, compile: bool = False, precision: str = "32-true") -> None:
+        self._peft, self.compile, self.precision = is_peft_model(policy), compile, precision
         self.model = policy if self._peft else copy.deepcopy(policy).requires_grad_(False).eval()
 
     @torch.no_grad()
@@ -37,7 +38,13 @@ class LocalReference:
 
     def _logprobs(self, model: nn.Module, batch: TrainBatch, temperature: float) -> torch.Tensor:
         logprobs, _ = compute_logprobs(
-            model, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature, compile=self.compile
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.prompt_len,
+            temperature,
+            compile=self.compile,
+            precision=self.precision,
         )
         return logprobs
 

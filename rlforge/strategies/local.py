@@ -79,7 +79,7 @@ class LocalStrategy(Strategy):
         services.generator = generator
         services.validate_on_generator = self.generator == "vllm" or ctx.world_size > 1
         if module.beta > 0 or module.needs_reference:
-            services.reference = LocalReference(policy, compile=module.compile_forward)
+            services.reference = LocalReference(policy, module.compile_forward, module.precision)
         return services
 
     def teardown(self) -> None:

@@ -92,10 +92,14 @@ def test_reference_actor_keeps_the_initial_weights(prepared, tiny_policy_dir):
 
 
 @pytest.mark.slow
-def test_reference_actor_compiles_when_the_module_does(tiny_policy_dir):
-    """``GRPOModule(compile=True)`` reaches the reference actor, whose compiled logprobs equal the eager ones."""
+@pytest.mark.parametrize(("compile", "precision"), [(True, "32-true"), (False, "bf16-mixed")])
+def test_reference_actor_runs_the_modules_forward_settings(tiny_policy_dir, compile, precision):
+    """``GRPOModule(compile=True)`` and ``precision`` reach the reference actor, whose logprobs equal the
+    in-process forward of the same settings (compiled: the eager one)."""
     strategy = MonarchStrategy(reward=ServiceConfig(num_replicas=0))
-    module = GRPOModule(model=tiny_policy_dir, group_size=2, loss=GRPOLoss(beta=0.1), compile=True)
+    module = GRPOModule(
+        model=tiny_policy_dir, group_size=2, loss=GRPOLoss(beta=0.1), compile=compile, precision=precision
+    )
     trainer = RLTrainer(max_steps=1, strategy=strategy, logger=False, enable_progress_bar=False, seed=3)
     try:
         trainer.prepare(module, RLDataModule(batch_size=2))
@@ -105,11 +109,15 @@ def test_reference_actor_compiles_when_the_module_does(tiny_policy_dir):
         batch = collate_episodes([ep for g in groups for ep in g], module.tokenizer.pad_token_id)
         remote = services.reference.logprobs(batch, 1.0)
         state = services.reference.replica.actor.state.call_one().get(timeout=60)
-        local, _ = compute_logprobs(module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0)
+        inputs = (module.policy, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0)
+        local, _ = compute_logprobs(*inputs, precision=precision)
+        fp32, _ = compute_logprobs(*inputs)
     finally:
         strategy.teardown()
-    assert state["compile"] is True
-    assert torch.allclose(remote * batch.response_mask, local * batch.response_mask, atol=1e-5)
+    assert state["compile"] is compile and state["precision"] == precision
+    mask = batch.response_mask
+    assert torch.allclose(remote * mask, local * mask, atol=1e-5)
+    assert (precision == "bf16-mixed") == bool(((remote - fp32) * mask).abs().max() > 1e-4)
 
 
 def test_reward_workers_match_the_in_process_runner(prepared):

@@ -181,21 +181,21 @@ class MonarchStrategy(Strategy):
         generator.update_weights(services.full_weights(), 0)
         generator.drain_acks()
         if module.beta > 0 or module.needs_reference:
-            services.reference = self._reference(policy, spec, job_state, module.compile_forward)
+            services.reference = self._reference(policy, spec, job_state, module.compile_forward, module.precision)
         if self.reward.num_replicas:
             services.scorer = self._scorer(module, job_state)
         return services
 
-    def _reference(self, policy: Any, spec: Any, job_state: Any, compile: bool) -> Any:
+    def _reference(self, policy: Any, spec: Any, job_state: Any, compile: bool, precision: str) -> Any:
         if is_peft_model(policy):  # the base with adapters disabled, in this process: no actor, no copy
-            return LocalReference(policy, compile=compile)
+            return LocalReference(policy, compile, precision)
         from rlforge.strategies.monarch.actors.reference import ReferenceActor
         from rlforge.strategies.monarch.remote import RemoteReference
 
         cfg = self.reference
         replica = mesh.spawn_replica(
             placement.host_mesh(job_state, cfg, 0), cfg, "reference", 0, ReferenceActor, spec,
-            placement.worker_device(cfg, 0), self.num_threads, compile,
+            placement.worker_device(cfg, 0), self.num_threads, compile, precision,
         )  # fmt: skip
         self._replicas.append(replica)
         return RemoteReference(replica, policy.state_dict(), self.sync_transport, self.timeout_s)

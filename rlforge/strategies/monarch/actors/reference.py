@@ -20,14 +20,20 @@ class ReferenceActor(Actor):
         device: Its device.
         num_threads: torch intra-op threads of this process (``None``: torch's default).
         compile: Run the packed forward's layers through ``torch.compile`` (the module's ``compile_forward``).
+        precision: Compute precision of the forward (the module's ``precision``, ``rlforge.precision``).
     """
 
     def __init__(
-        self, spec: PolicySpec, device: str = "cpu", num_threads: int | None = None, compile: bool = False
+        self,
+        spec: PolicySpec,
+        device: str = "cpu",
+        num_threads: int | None = None,
+        compile: bool = False,
+        precision: str = "32-true",
     ) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.device, self.compile = torch.device(device), compile
+        self.device, self.compile, self.precision = torch.device(device), compile, precision
         self.model = spec.build(device)
         self.receiver = WeightReceiver()
         self.version = -1
@@ -44,9 +50,11 @@ class ReferenceActor(Actor):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float
     ) -> torch.Tensor:
         ids, mask = input_ids.to(self.device), attention_mask.to(self.device)
-        logprobs, _ = compute_logprobs(self.model, ids, mask, prompt_len, temperature, compile=self.compile)
+        logprobs, _ = compute_logprobs(
+            self.model, ids, mask, prompt_len, temperature, compile=self.compile, precision=self.precision
+        )
         return logprobs.cpu()
 
     @endpoint
     def state(self) -> dict[str, Any]:
-        return {"version": self.version, "compile": self.compile}
+        return {"version": self.version, "compile": self.compile, "precision": self.precision}
