@@ -87,8 +87,8 @@ def project_qkv(
     q = F.linear(h_query, attn.q_proj.weight, attn.q_proj.bias).view(*h_query.shape[:-1], heads.n, heads.dim)
     k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(*shape, heads.n_kv, heads.dim)
     v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(*shape, heads.n_kv, heads.dim)
-    # Under a bf16 autocast the projections come out bf16: back to h's dtype, so norms, RoPE and the attention
-    # layout copies run in fp32 (inductor's fused kernels mixing the two were ~2x slower than either alone).
+    # Under a bf16 autocast the projections come out bf16: back to h's dtype, so the q/k norms, RoPE and the
+    # attention layout copies (padding, key concatenation) run in fp32, as attention itself does on CPU.
     q, k, v = q.to(h.dtype), k.to(h.dtype), v.to(h.dtype)
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm over each head before RoPE
         q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
