@@ -61,6 +61,7 @@ def build_rlforge(
     warmup_steps: int = 0,
     compile: bool = False,
     precision: str = "32-true",
+    skip_zero_advantage: bool = False,
 ) -> RLTrainer:
     """An ``RLTrainer`` prepared for stepping by hand (no logger, checkpoints, progress bar or validation).
 
@@ -78,6 +79,7 @@ def build_rlforge(
         reward_fns=[MathReward()],
         compile=compile,
         precision=precision,
+        skip_zero_advantage=skip_zero_advantage,
     )
     trainer = RLTrainer(
         strategy=LocalStrategy(generator_options={"compile": True} if compile else None),
@@ -162,17 +164,27 @@ def build_trl(policy: str, steps: int, seed: int, output_dir: str, on_step_end, 
 
 
 def time_pair(
-    policy: str, threads: int, steps: int, warmup: int, seed: int, compiled: bool, precision: str = "32-true"
+    policy: str,
+    threads: int,
+    steps: int,
+    warmup: int,
+    seed: int,
+    compiled: bool,
+    precision: str = "32-true",
+    skip_zero_advantage: bool = False,
 ) -> dict[str, float]:
-    """Median seconds per step (after ``warmup``) of rlforge (and rlforge compiled) and TRL, stepped alternately.
+    """Median seconds per step (after ``warmup``) of rlforge (and rlforge compiled) and TRL, stepped alternately;
+    with ``skip_zero_advantage`` also ``skipped``, rlforge's median share of rows it left out of the update.
 
     The compiled side's warm-up steps absorb its compiles (~45 s training forward + ~30 s decode on 2 cores).
     """
     torch.set_num_threads(threads)
-    ours = {"rlforge": build_rlforge(policy, seed, precision=precision)}
+    options = {"precision": precision, "skip_zero_advantage": skip_zero_advantage}
+    ours = {"rlforge": build_rlforge(policy, seed, **options)}
     if compiled:
-        ours["compiled"] = build_rlforge(policy, seed, compile=True, precision=precision)
+        ours["compiled"] = build_rlforge(policy, seed, compile=True, **options)
     times: dict[str, list[float]] = {side: [] for side in (*ours, "trl")}
+    skipped: list[float] = []
 
     def after_trl_step(trl_s: float) -> None:
         times["trl"].append(trl_s)
@@ -180,11 +192,13 @@ def time_pair(
             start = time.perf_counter()
             trainer.run_step()  # one full RL step, exactly what fit() runs per iteration
             times[side].append(time.perf_counter() - start)
+        skipped.append(ours["rlforge"].callback_metrics.get("train/skipped_rows_frac", 0.0))
 
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_trl(policy, warmup + steps, seed, out, after_trl_step, bf16=precision == "bf16-mixed").train()
-    return {side: statistics.median(seconds[warmup:]) for side, seconds in times.items()}
+    medians = {side: statistics.median(seconds[warmup:]) for side, seconds in times.items()}
+    return medians | ({"skipped": statistics.median(skipped[warmup:])} if skip_zero_advantage else {})
 
 
 def random_policy(folder: str, seed: int) -> str:
@@ -231,6 +245,12 @@ def main() -> None:
     parser.add_argument(
         "--precision", choices=["32-true", "bf16-mixed"], default="32-true", help="both sides' compute precision"
     )
+    parser.add_argument(
+        "--skip-zero-advantage",
+        action="store_true",
+        help="rlforge leaves zero-advantage rows out of the update (`GRPOModule(skip_zero_advantage=True)`; same "
+        "gradient); a `skipped` column gives the share left out. Off for the issue's headline ratio",
+    )
     parser.add_argument("--rss-steps", type=int, default=50, help="steps of the `rlforge fit` RSS run (0 skips)")
     args = parser.parse_args()
 
@@ -238,36 +258,47 @@ def main() -> None:
     import trl
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
-    print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0, precision {args.precision}; ", end="")
-    print(f"medians of {args.steps} steps")
+    skip = ", skip_zero_advantage" if args.skip_zero_advantage else ""
+    print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0, precision {args.precision}", end="")
+    print(f"{skip}; medians of {args.steps} steps")
     extra = f" {'compiled s/step':>15}" if args.compile else ""
     print(f"{'policy':>8} {'threads':>7} {'rlforge s/step':>15}{extra} {'TRL s/step':>11} {'ratio':>6}", end="")
-    print(f" {'ratio compiled':>14}" if args.compile else "")
+    print(f" {'ratio compiled':>14}" if args.compile else "", end="")
+    print(f" {'skipped':>7}" if args.skip_zero_advantage else "")
     ratios: dict[tuple[str, int], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         paths = {"default": DEFAULT_POLICY, "random": random_policy(folder, args.seed)}
         for policy in args.policies:
             for threads in args.threads:
-                t = time_pair(paths[policy], threads, args.steps, args.warmup, args.seed, args.compile, args.precision)
-                ratios[policy, threads] = {side: t["trl"] / t[side] for side in t if side != "trl"}
+                t = time_pair(
+                    paths[policy], threads, args.steps, args.warmup, args.seed, args.compile, args.precision,
+                    args.skip_zero_advantage,
+                )  # fmt: skip
+                ratios[policy, threads] = {side: t["trl"] / t[side] for side in ("rlforge", "compiled") if side in t}
                 row = f"{policy:>8} {threads:>7} {t['rlforge']:>15.3f}"
                 row += f" {t['compiled']:>15.3f}" if args.compile else ""
                 row += f" {t['trl']:>11.3f} {t['trl'] / t['rlforge']:>6.2f}"
                 row += f" {t['trl'] / t['compiled']:>14.2f}" if args.compile else ""
+                row += f" {t['skipped']:>7.2f}" if args.skip_zero_advantage else ""
                 print(row, flush=True)
     if args.rss_steps:
         print(
             f"peak RSS of `rlforge fit --trainer.max_steps={args.rss_steps}`: {fit_peak_rss_mb(args.rss_steps):.0f} MiB"
         )
-    print(summary(ratios))
+    print(summary(ratios, args.skip_zero_advantage))
 
 
-def summary(ratios: dict[tuple[str, int], dict[str, float]]) -> str:
-    """The last line: the headline ratio (random policy at 1 thread, the issue's target) or the first row run."""
+def summary(ratios: dict[tuple[str, int], dict[str, float]], skip_zero_advantage: bool = False) -> str:
+    """The last line: the headline ratio (random policy at 1 thread, the issue's target) or the first row run.
+
+    With ``skip_zero_advantage`` the line says so: rlforge then does less work than TRL on zero-variance groups
+    (all of the random policy's), which is not the headline comparison.
+    """
     policy, threads = ("random", 1) if ("random", 1) in ratios else next(iter(ratios))
     sides = ratios[policy, threads]
     line = f"median TRL/rlforge s/step ratio, {policy} policy, {threads} thread(s): {sides['rlforge']:.2f}x"
-    return line + (f" (compiled {sides['compiled']:.2f}x)" if "compiled" in sides else "")
+    line += f" (compiled {sides['compiled']:.2f}x)" if "compiled" in sides else ""
+    return line + (" with skip_zero_advantage" if skip_zero_advantage else "")
 
 
 if __name__ == "__main__":

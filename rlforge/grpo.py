@@ -18,6 +18,7 @@ from rlforge.losses.call import LossModule, call_loss, check_loss
 from rlforge.models import DEFAULT_POLICY, compute_logprobs
 from rlforge.module import PolicyModule
 from rlforge.optim import LRSchedulerCallable, OptimizerCallable
+from rlforge.parallel.loss_scale import Normaliser, loss_share
 from rlforge.rewards import MathReward, Reward, RewardFn, RewardRunner, check_reward
 from rlforge.rollout import RolloutOptions
 from rlforge.types import Group, TrainBatch
@@ -90,6 +91,13 @@ class GRPOModule(PolicyModule):
             ``{class_path: peft.LoraConfig, init_args: {r: 8, lora_alpha: 16, target_modules: all-linear}}``
             (needs the ``peft`` extra; ``hf`` backend only). The generator gets the merged weights, the
             reference is the base with adapters disabled, checkpoints hold the adapter folder.
+        skip_zero_advantage: Leave rows whose advantages are all 0 (zero-variance groups) out of the training
+            forward and backward at every step where that changes nothing: a built-in loss
+            (``PolicyLoss.advantage_weighted``) with ``beta == 0`` and ``entropy_coef == 0`` then. The gradient is
+            the same (the kept rows' loss is weighted by their share of the batch's normaliser, and one row is kept
+            when all are 0, so the optimizer still steps), the update costs less in proportion to
+            ``rollout/zero_std_frac``. ``train/entropy`` and the loss's metrics then cover the trained rows;
+            ``train/skipped_rows_frac`` reports the share left out.
     """
 
     def __init__(
@@ -124,6 +132,7 @@ class GRPOModule(PolicyModule):
         environment: Environment | None = None,
         compile: bool = False,
         precision: str = "32-true",
+        skip_zero_advantage: bool = False,
     ) -> None:
         super().__init__(
             model, dtype, lr, weight_decay, warmup_steps, chat_template, system_prompt, backend, backend_options,
@@ -191,6 +200,13 @@ class GRPOModule(PolicyModule):
                 f"got {overlong_cache_len}"
             )
         self.compile_forward = compile  # not `self.compile`: that is nn.Module.compile()
+        if skip_zero_advantage and not getattr(self.loss, "advantage_weighted", False):
+            raise ConfigError(
+                f"module.skip_zero_advantage needs a loss whose gradient vanishes at zero advantage (a built-in "
+                f"rlforge.losses loss, or a PolicyLoss with advantage_weighted = True); {type(self.loss).__name__} "
+                "does not declare it"
+            )
+        self.skip_zero_advantage = skip_zero_advantage
         self.rollout_options = RolloutOptions(
             dynamic_sampling, max_sampling_tries, overlong_cache_len, overlong_penalty, filter_truncated
         )
@@ -229,6 +245,24 @@ class GRPOModule(PolicyModule):
         for group, row in zip(groups, advantages.tolist(), strict=True):
             for ep, adv in zip(group, row, strict=True):
                 ep.advantage = float(adv)
+
+    def split_for_accumulation(self, batch: TrainBatch) -> list[tuple[TrainBatch, float]]:
+        """The whole batch, or with ``skip_zero_advantage`` its rows with a non-zero advantage, weighted by
+        their share of the batch's loss normaliser (``rlforge.parallel.loss_scale``)."""
+        if not (self.skip_zero_advantage and self.beta == 0 and not self.entropy_coef):
+            return [(batch, 1.0)]
+        trained = batch.advantages.reshape(len(batch), -1).ne(0).any(dim=1)
+        if trained.all():
+            self.log("train/skipped_rows_frac", 0.0, weight=len(batch))
+            return [(batch, 1.0)]
+        # All zero: one row still runs, so its exact zero gradient reaches the optimizer, which steps as it would
+        # (AdamW's moments move on), and every rank of a sharded policy runs its forward.
+        rows = trained.nonzero().squeeze(1) if trained.any() else torch.zeros(1, dtype=torch.long)
+        self.log("train/skipped_rows_frac", 1.0 - len(rows) / len(batch), weight=len(batch))
+        part = batch.select(rows.to(batch.input_ids.device))
+        mask, aggregation, max_len = self.loss_normalizer(batch)
+        share = loss_share(Normaliser.of(self.loss_normalizer(part)[0]), Normaliser.of(mask), aggregation, max_len)
+        return [(part, share)]
 
     def training_step(self, batch: TrainBatch) -> torch.Tensor:
         logprobs, entropy = compute_logprobs(

@@ -12,6 +12,11 @@ def char_reward(prompt: str, response: str, target: str) -> float:
     return float(len(response) % 3 == 0)
 
 
+def odd_target_reward(prompt: str, response: str, target: str) -> float:
+    """Varies within a group only for odd targets (``addition``): the even-target groups have zero variance."""
+    return float(len(response) % 2) if int(target) % 2 else 0.0
+
+
 def fast_flags(policy: str, root: Path | str, **overrides: Any) -> list[str]:
     """CLI flags for a seconds-long run; ``overrides`` use ``__`` for dots (``trainer__max_steps=4``)."""
     flags: dict[str, Any] = {

@@ -78,10 +78,14 @@ class PolicyLoss(nn.Module):
         aggregation: The ``rlforge.losses.aggregation`` mode ``forward`` normalises with; data-parallel training
             reads it to weigh each rank's loss so the update equals one process on the whole batch.
         max_len: Constant length normaliser of ``seq-mean-token-sum-norm`` (``None``: the padded width).
+        advantage_weighted: Every per-token term but the KL penalty is multiplied by the advantage, so with
+            ``beta == 0`` a row whose advantages are all 0 adds exactly nothing to the gradient (True for every
+            built-in loss; ``GRPOModule(skip_zero_advantage=True)`` then leaves such rows out of the update).
     """
 
     aggregation: str = "seq-mean-token-mean"
     max_len: int | None = None
+    advantage_weighted: bool = False
 
     def __init__(self, beta: float = 0.0) -> None:
         super().__init__()

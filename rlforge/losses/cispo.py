@@ -35,6 +35,7 @@ class CISPOLoss(PolicyLoss):
         kl_times_ratio: Multiply the per-token KL by the importance ratio (TRL's ``use_bias_correction_kl``).
     """
 
+    advantage_weighted = True
     aggregation = "token-mean"
 
     def __init__(

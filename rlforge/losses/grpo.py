@@ -39,6 +39,8 @@ class GRPOLoss(PolicyLoss):
         kl_times_ratio: Multiply the per-token KL by the (differentiable) importance ratio.
     """
 
+    advantage_weighted = True
+
     def __init__(
         self,
         clip_low: float = 0.2,

@@ -32,6 +32,8 @@ class GSPOLoss(PolicyLoss):
         kl_times_ratio: Multiply the per-token KL by ``s_i`` (TRL's ``use_bias_correction_kl``).
     """
 
+    advantage_weighted = True
+
     def __init__(
         self, clip_low: float = 3e-4, clip_high: float = 4e-4, beta: float = 0.0, kl_times_ratio: bool = False
     ) -> None:

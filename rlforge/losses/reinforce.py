@@ -32,6 +32,8 @@ class ReinforceLoss(PolicyLoss):
         beta: KL penalty weight (0 by default; the attribute can be changed later by a KL controller).
     """
 
+    advantage_weighted = True
+
     def __init__(self, clip_ratio: float | None = None, beta: float = 0.0) -> None:
         super().__init__(beta=beta)
         if clip_ratio is not None and not (0 < clip_ratio < 1 or clip_ratio > 1):
@@ -93,6 +95,8 @@ class SimpleGRPOLoss(PolicyLoss):
     Args:
         beta: KL penalty weight; ``ref_logprobs`` are required while it is > 0.
     """
+
+    advantage_weighted = True
 
     def __init__(self, beta: float = 0.1) -> None:
         super().__init__(beta=beta)

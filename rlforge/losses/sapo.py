@@ -33,6 +33,8 @@ class SAPOLoss(PolicyLoss):
         kl_times_ratio: Multiply the per-token KL by the importance ratio (TRL's ``use_bias_correction_kl``).
     """
 
+    advantage_weighted = True
+
     def __init__(
         self, tau_pos: float = 1.0, tau_neg: float = 1.05, beta: float = 0.0, kl_times_ratio: bool = False
     ) -> None:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlforge.models.packed import packed_response_logits, supports_packed
+from rlforge.parallel.fsdp import is_sharded
 from rlforge.precision import autocast
 
 
@@ -183,6 +184,11 @@ def compute_logprobs(
         )
     share_prompts = share_prompts and _accepts(model, "logits_to_keep") and _cache_kwarg(model) in _params(model)
     shared = shared_prompt_rows(input_ids, attention_mask, prompt_len) if share_prompts else None
+    if shared is None and share_prompts and is_sharded(model):
+        # FSDP forwards are collectives: every rank runs the same two (prompts, then responses), whether or not
+        # its rows share a prompt (GRPOModule(skip_zero_advantage=True) leaves each rank different rows).
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        shared = rows, rows
     with autocast(precision, input_ids.device):
         if shared is None:
             logits = response_logits(model, input_ids, attention_mask, prompt_len)

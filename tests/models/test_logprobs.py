@@ -68,3 +68,25 @@ def test_shuffled_rows_still_share(tiny_policy):
     ref, _, _ = _logprobs_and_grads(model, batch, False, 1.0)
     ours, _, _ = _logprobs_and_grads(model, batch, True, 1.0)
     assert (ours - ref).abs()[mask].max() < 1e-5
+
+
+def test_sharded_policy_always_runs_the_two_pass_forward(tiny_policy, monkeypatch):
+    """FSDP forwards are collectives: a sharded policy runs prompts then responses even when no two rows share a
+    prompt (one rank's rows may, another's not), with the plain forward's values and gradients."""
+    import rlforge.models.logprobs as logprobs_mod
+
+    model, tokenizer = tiny_policy
+    batch = _batch(tokenizer, group_size=1)
+    mask = batch.response_mask.bool()
+    ref_lp, ref_ent, ref_grads = _logprobs_and_grads(model, batch, False, 1.0)
+    monkeypatch.setattr(logprobs_mod, "is_sharded", lambda m: True)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    model.zero_grad(set_to_none=True)
+    lp, ent = compute_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, 1.0, True, packed=False)
+    handle.remove()
+    assert len(calls) == 2
+    assert (lp - ref_lp).abs()[mask].max() < 1e-5 and (ent - ref_ent).abs()[mask].max() < 1e-5
+    ((lp * batch.advantages[:, None] * batch.response_mask).sum() + (ent * batch.response_mask).sum()).backward()
+    for name, ref in ref_grads.items():
+        assert (model.get_parameter(name).grad - ref).abs().max() <= 1e-5 * ref.abs().max(), name

@@ -19,16 +19,25 @@ def _flags(policy: str, root: Path, *extra: str, **overrides) -> list[str]:
         policy, root, trainer__max_steps=STEPS, data__batch_size=4, module__group_size=4, module__optimizer=OPTIMIZER,
         trainer__sampling_seeds="group", trainer__seed=5, **overrides,
     )  # fmt: skip
-    return [*flags, "--trainer.callbacks", "[{class_path: rlforge.ModelCheckpoint, init_args: {every_n_steps: 1}}]"]
+    checkpoints = "[{class_path: rlforge.ModelCheckpoint, init_args: {every_n_steps: 1}}]"
+    return [*flags, "--trainer.callbacks", checkpoints, *extra]
+
+
+SKIP = ("--module.skip_zero_advantage", "true", "--module.reward_fns", '["tests.helpers.odd_target_reward"]')
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["rlforge.losses.GRPOLoss", "rlforge.losses.DAPOLoss"])
-def test_two_ranks_equal_one_process_on_the_global_batch(tiny_policy_dir, tmp_path, loss):
-    """seq-mean (GRPO) and token-mean (DAPO: ranks hold different token counts) aggregation."""
-    one = fit(_flags(tiny_policy_dir, tmp_path / "one", "--module.loss", loss))
+@pytest.mark.parametrize(
+    ("loss", "skip"),
+    [("rlforge.losses.GRPOLoss", False), ("rlforge.losses.DAPOLoss", False), ("rlforge.losses.DAPOLoss", True)],
+)
+def test_two_ranks_equal_one_process_on_the_global_batch(tiny_policy_dir, tmp_path, loss, skip):
+    """seq-mean (GRPO) and token-mean (DAPO: ranks hold different token counts) aggregation; with ``skip`` the two
+    ranks leave their zero-advantage rows out of the update (each its own share) and still equal one process that
+    trains every row."""
+    one = fit(_flags(tiny_policy_dir, tmp_path / "one", "--module.loss", loss, *SKIP[2:] if skip else ()))
     assert one.returncode == 0, one.stderr[-3000:]
-    two = fit(_flags(tiny_policy_dir, tmp_path / "two", "--module.loss", loss), ranks=2)
+    two = fit(_flags(tiny_policy_dir, tmp_path / "two", "--module.loss", loss, *SKIP if skip else ()), ranks=2)
     assert two.returncode == 0, two.stderr[-3000:]
 
     run = only_run(tmp_path / "two")
@@ -48,6 +57,9 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tiny_policy_dir, tmp_pa
     for step in m_one:  # same rollouts (per-group seeds), same global loss
         assert float(m_two[step]["rollout/reward_mean"]) == pytest.approx(float(m_one[step]["rollout/reward_mean"]))
         assert float(m_two[step]["train/loss"]) == pytest.approx(float(m_one[step]["train/loss"]), abs=1e-6)
+    assert manifest["config"]["module"]["init_args"]["loss"]["class_path"] == loss  # the parametrized loss ran
+    if skip:
+        assert max(float(m_two[step]["train/skipped_rows_frac"]) for step in m_two) > 0
 
 
 @pytest.mark.slow
