@@ -29,6 +29,7 @@ class Recording(GRPOModule):
         self.rows: list[int] = []
         self.advantages: list[torch.Tensor] = []
         self.grads: dict[str, torch.Tensor] = {}
+        self.grad_steps: list[dict[str, torch.Tensor]] = []
         self.metrics: dict[str, float] = {}
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
@@ -40,12 +41,13 @@ class Recording(GRPOModule):
 
     def on_after_backward(self) -> None:  # before the gradient clipping, which would hide a scale error
         self.grads = {n: p.grad.clone() for n, p in self.policy.named_parameters() if p.grad is not None}
+        self.grad_steps.append(self.grads)
 
     def on_train_step_end(self, metrics: dict[str, float]) -> None:
         self.metrics = metrics
 
 
-def one_step(policy: str, root, reward=odd_target_reward, **kwargs) -> Recording:
+def one_step(policy: str, root, reward=odd_target_reward, trainer_args: dict | None = None, **kwargs) -> Recording:
     module = Recording(
         model=policy,
         group_size=GROUP,
@@ -64,6 +66,7 @@ def one_step(policy: str, root, reward=odd_target_reward, **kwargs) -> Recording
         val_at_start=False,
         seed=0,
         default_root_dir=str(root),
+        **(trainer_args or {}),
     )
     trainer.prepare(module, RLDataModule(task="addition", batch_size=PROMPTS, seed=0))
     trainer.run_step()
@@ -96,6 +99,26 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_unchanged(tiny_policy_
         assert (skip.grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max() + 1e-12, name
     # On-policy the loss is ~0 (ratio 1, centred advantages): equal up to fp32 rounding.
     assert skip.metrics["train/loss"] == pytest.approx(full.metrics["train/loss"], rel=1e-5, abs=1e-7)
+
+
+def test_skip_over_ppo_epochs_of_minibatches_leaves_every_update_unchanged(tiny_policy_dir, tmp_path):
+    """Two passes of two minibatches: ratios leave 1 after the first optimizer step, clipping acts, and each
+    minibatch skips its own zero rows. SGD, so tiny fp32 differences are not blown up to ``lr`` as AdamW's first
+    step does with near-zero gradients."""
+    trainer_args = {"ppo_epochs": 2, "minibatch_size": PROMPTS * GROUP // 2}
+
+    def sgd(params):
+        return torch.optim.SGD(params, lr=0.5)
+
+    settings = {"trainer_args": trainer_args, "optimizer": sgd}
+    full = one_step(tiny_policy_dir, tmp_path / "full", **settings)
+    skip = one_step(tiny_policy_dir, tmp_path / "skip", **settings, skip_zero_advantage=True)
+    assert len(full.grad_steps) == len(skip.grad_steps) == 4
+    assert all(torch.equal(a, b) for a, b in zip(full.advantages, skip.advantages, strict=True))
+    assert sum(full.rows) > sum(skip.rows)
+    for step, (ours, reference) in enumerate(zip(skip.grad_steps, full.grad_steps, strict=True)):
+        for name, grad in reference.items():
+            assert (ours[name] - grad).abs().max() <= 1e-4 * grad.abs().max() + 1e-12, (step, name)
 
 
 def test_all_zero_advantages_still_step_the_optimizer_on_exact_zero_gradients(tiny_policy_dir, tmp_path):

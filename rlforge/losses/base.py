@@ -80,7 +80,8 @@ class PolicyLoss(nn.Module):
         max_len: Constant length normaliser of ``seq-mean-token-sum-norm`` (``None``: the padded width).
         advantage_weighted: Every per-token term but the KL penalty is multiplied by the advantage, so with
             ``beta == 0`` a row whose advantages are all 0 adds exactly nothing to the gradient (True for every
-            built-in loss; ``GRPOModule(skip_zero_advantage=True)`` then leaves such rows out of the update).
+            built-in loss; ``GRPOModule(skip_zero_advantage=True)`` then leaves such rows out of the update). A
+            subclass of a built-in that adds a term without the advantage (an auxiliary loss) must set it to False.
     """
 
     aggregation: str = "seq-mean-token-mean"
