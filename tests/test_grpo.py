@@ -13,6 +13,7 @@ from rlforge.generation import SamplingParams
 from rlforge.losses import CISPOLoss, DAPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, PolicyLoss, SimpleGRPOLoss
 from rlforge.strategies import LocalStrategy
 from tests.helpers import fast_flags, metric_rows, odd_target_reward
+from tests.reliability.test_config_cli import _cli, _one_line_error
 
 PROMPTS, GROUP = 4, 4
 
@@ -154,3 +155,9 @@ def test_skip_zero_advantage_from_the_command_line(tiny_policy_dir, tmp_path):
     main(["fit", *fast_flags(tiny_policy_dir, tmp_path, module__skip_zero_advantage="true")])
     rows = metric_rows(tmp_path, "train/skipped_rows_frac")
     assert len(rows) == 2 and all(0.0 <= float(r["train/skipped_rows_frac"]) < 1.0 for r in rows)
+
+
+def test_skip_with_a_loss_that_does_not_declare_it_is_one_line_and_exit_2(tmp_path):
+    flags = ["--module.loss", "rlforge.losses.PolicyLoss", "--module.skip_zero_advantage", "true"]
+    line = _one_line_error(_cli("fit", *flags, "--trainer.default_root_dir", str(tmp_path)))
+    assert "module.skip_zero_advantage" in line and "PolicyLoss does not declare it" in line
