@@ -40,9 +40,15 @@ WEIGHT_GEMMS = {"mm", "addmm"}  # projections and LM head
 ATTENTION_MATMULS = {"bmm", "baddbmm"}  # the decode step's attention over its cache (training runs SDPA)
 
 
-def _profiled(ops: set[str]) -> set[str]:
-    """Profiler names of ``ops``: ATen's, and those an inductor graph's C++ wrapper calls (the compiled decode)."""
-    return {f"aten::{op}" for op in ops} | {f"aoti_torch_cpu_{op}_out" for op in ops}
+def matmul_kind(name: str) -> str | None:
+    """``"weight GEMMs"``, ``"attention"`` or ``None`` for an op named as ``FlopCounterMode`` names it (``mm``) or
+    as the profiler does (``aten::mm``; ``aoti_torch_cpu_mm_out`` from an inductor graph's C++ wrapper: the decode)."""
+    op = name.removeprefix("aten::").removeprefix("aoti_torch_cpu_").removesuffix("_out")
+    if op in WEIGHT_GEMMS:
+        return "weight GEMMs"
+    if op in ATTENTION_MATMULS or "scaled_dot_product" in op:
+        return "attention"
+    return None
 
 
 CATEGORIES = ("weight GEMMs", "attention", "fused kernels", "other ops", "wrappers, autograd, Python")
@@ -76,9 +82,8 @@ def step_flops(policy: str, seed: int, warmup: int, steps: int) -> list[dict[str
         with counter:
             trainer.run_step()
         counts = counter.get_flop_counts()["Global"]
-        gemm = sum(n for op, n in counts.items() if op.__name__ in WEIGHT_GEMMS)
-        is_attention = lambda name: name in ATTENTION_MATMULS or "scaled_dot_product" in name
-        attention = sum(n for op, n in counts.items() if is_attention(op.__name__))
+        gemm = sum(n for op, n in counts.items() if matmul_kind(op.__name__) == "weight GEMMs")
+        attention = sum(n for op, n in counts.items() if matmul_kind(op.__name__) == "attention")
         tokens = trainer.callback_metrics["perf/tokens_per_s"] * trainer.callback_metrics["perf/step_s"]
         if i >= warmup:
             out.append({"gemm": gemm, "attention": attention, "tokens": tokens})
@@ -106,12 +111,10 @@ def best_gemm_rate(policy: str, rows: int, repeats: int = 20) -> tuple[float, st
 
 def categorise(name: str) -> str | None:
     """The ``CATEGORIES`` entry of a profiler event's own time (``None``: counted in the rest)."""
-    if name in _profiled(WEIGHT_GEMMS):
-        return "weight GEMMs"
-    if "cpp_fused" in name:
+    if "cpp_fused" in name:  # inductor's kernels, some named after the SDPA they fuse around
         return "fused kernels"
-    if "scaled_dot_product" in name or name in _profiled(ATTENTION_MATMULS):
-        return "attention"
+    if kind := matmul_kind(name):
+        return kind
     if name.startswith(("aten::", "aoti_torch_")):
         return "other ops"
     return None
