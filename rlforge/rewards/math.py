@@ -80,7 +80,11 @@ def _mv_parse(latex: str) -> list[Any]:
 
 @functools.lru_cache(maxsize=8192)
 def _verify_cached(answer: str, gold: str, timeout_s: float) -> bool:
-    """math-verify's verdict under a time limit; cached, as a group repeats answers and targets."""
+    """math-verify's verdict under a time limit; cached, as a group repeats answers and targets.
+
+    A timeout leaves as :class:`DeadlineExceeded`, which ``lru_cache`` does not store: a comparison cut
+    short by a busy machine must not fix a 0 for that answer for the rest of the run.
+    """
     from math_verify import verify
 
     def compare() -> bool:
@@ -89,11 +93,16 @@ def _verify_cached(answer: str, gold: str, timeout_s: float) -> bool:
 
     try:
         return call_with_deadline(compare, timeout_s)
-    except DeadlineExceeded:
-        log.debug("math-verify over %ss on %r vs %r; scored 0", timeout_s, answer, gold)
-        return False
     except Exception as err:  # math-verify/sympy internals; a malformed answer is simply wrong
         log.debug("math-verify failed on %r vs %r: %r", answer, gold, err)
+        return False
+
+
+def _verify(answer: str, gold: str, timeout_s: float) -> bool:
+    try:
+        return _verify_cached(answer, gold, timeout_s)
+    except DeadlineExceeded:
+        log.debug("math-verify over %ss on %r vs %r; scored 0", timeout_s, answer, gold)
         return False
 
 
@@ -223,4 +232,4 @@ class MathReward:
 
     def _math_verify(self, answer: str, gold: str) -> bool:
         _warm_up()
-        return _verify_cached(answer, gold, self.math_verify_timeout_s)
+        return _verify(answer, gold, self.math_verify_timeout_s)

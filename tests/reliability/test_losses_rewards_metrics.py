@@ -336,7 +336,8 @@ def test_math_verify_timeout_notice_not_shown(caplog):
     math_verify.grader.TIMEOUT_WARNING_SHOWN = False  # as in a fresh process
     math_verify.parser.TIMEOUT_WARNING_SHOWN = False
     with caplog.at_level(logging.WARNING):
-        assert MathReward()("q", r"\boxed{2x+2}", "2(x+1)") == 1.0
+        # a generous limit: this test is about the notice, not about the machine's load
+        assert MathReward(math_verify_timeout_s=60.0)("q", r"\boxed{2x+2}", "2(x+1)") == 1.0
     assert not [r for r in caplog.records if "Timeout is disabled" in r.getMessage()]
 
 

@@ -256,3 +256,24 @@ def test_is_too_costly(answer: str, costly: bool) -> None:
 def test_intervals_with_infinity(reward: MathReward) -> None:
     assert reward("", r"\boxed{(-\infty, 2) \cup (3, \infty)}", r"(-\infty,2)\cup(3,\infty)") == 1.0
     assert reward("", r"\boxed{(-\infty, 2]}", r"(-\infty, 2)") == 0.0
+
+
+def test_a_timed_out_comparison_is_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A comparison cut short (a busy machine) scores 0 that once; the next identical call compares again.
+    import rlforge.rewards.math as math_reward
+    from rlforge.rewards._deadline import DeadlineExceeded
+
+    real, calls = math_reward.call_with_deadline, []
+
+    def first_call_times_out(fn, seconds):
+        calls.append(seconds)
+        if len(calls) == 1:
+            raise DeadlineExceeded(f"exceeded {seconds}s")
+        return real(fn, seconds)
+
+    monkeypatch.setattr(math_reward, "call_with_deadline", first_call_times_out)
+    reward = MathReward(math_verify_timeout_s=37.0)  # a timeout no other test uses: a cache key of its own
+    assert reward("q", r"\boxed{3y+21}", "3(y+7)") == 0.0
+    assert reward("q", r"\boxed{3y+21}", "3(y+7)") == 1.0
+    assert reward("q", r"\boxed{3y+21}", "3(y+7)") == 1.0
+    assert calls == [37.0, 37.0]  # the verdict of the second call was cached
