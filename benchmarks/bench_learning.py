@@ -10,6 +10,7 @@ whichever policy just trained. Evaluation time is not counted in either budget::
     python benchmarks/bench_learning.py                 # addition + max, ~15-20 min on 2 cores
     python benchmarks/bench_learning.py --quick         # smoke run, < 2 min
     python benchmarks/bench_learning.py --skip-zero-advantage   # rlforge skips zero-advantage rows (same gradient)
+    python benchmarks/bench_learning.py --tasks reverse --seeds 0 1 2 3 --steps 30   # per step, mean over seeds
 
 Warm starts: ``addition`` uses the shipped default policy (already trained on it); the other tasks get a short
 ``SFTModule`` run from the default policy, cached under ``--cache-dir`` so both sides (and later runs) load the
@@ -23,6 +24,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -143,8 +145,10 @@ def build_theirs(race: Race, output_dir: str, on_step_end):
     )  # fmt: skip
 
 
-def run_race(race: Race, budget_s: float, eval_every: int, val_rows: list[dict[str, str]]) -> dict[str, list]:
-    """Alternate chunks of ``eval_every`` steps until each side has trained ``budget_s`` seconds.
+def run_race(
+    race: Race, budget_s: float, eval_every: int, val_rows: list[dict[str, str]], max_steps: int | None = None
+) -> dict[str, list]:
+    """Alternate chunks of ``eval_every`` steps until each side has trained ``budget_s`` seconds (or ``max_steps``).
 
     Returns ``{side: [(step, train_seconds, accuracy), ...]}``, starting with step 0.
     """
@@ -154,11 +158,15 @@ def run_race(race: Race, budget_s: float, eval_every: int, val_rows: list[dict[s
     curves = {"rlforge": [(0, 0.0, start_acc)], "trl": [(0, 0.0, start_acc)]}
     clock = {"rlforge": 0.0, "trl": 0.0}
     holder: dict[str, object] = {}
+    last_step = max_steps if max_steps is not None else 10**9
+
+    def done(side: str, step: int) -> bool:
+        return clock[side] >= budget_s or step >= last_step
 
     def rlforge_chunk() -> None:
         first = ours.global_step
         for _ in range(eval_every):
-            if clock["rlforge"] >= budget_s:
+            if done("rlforge", ours.global_step):
                 break
             begin = time.perf_counter()
             ours.run_step()  # one full RL step, exactly what fit() runs per iteration
@@ -172,11 +180,11 @@ def run_race(race: Race, budget_s: float, eval_every: int, val_rows: list[dict[s
         clock["trl"] += trl_s
         trainer = holder["trl"]
         step = trainer.state.global_step
-        if step % eval_every == 0 or clock["trl"] >= budget_s:
+        if step % eval_every == 0 or done("trl", step):
             acc = greedy_accuracy(trainer.model, trainer.processing_class, val_rows, race.new_tokens)
             curves["trl"].append((step, clock["trl"], acc))
             rlforge_chunk()
-        if clock["trl"] >= budget_s:
+        if done("trl", step):
             trainer.control.should_training_stop = True
 
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
@@ -184,7 +192,7 @@ def run_race(race: Race, budget_s: float, eval_every: int, val_rows: list[dict[s
         trl_trainer = build_theirs(race, out, after_trl_step)
         holder["trl"] = trl_trainer
         trl_trainer.train()
-    while clock["rlforge"] < budget_s:  # TRL's budget ran out first: rlforge finishes its own alone
+    while not done("rlforge", ours.global_step):  # TRL's budget ran out first: rlforge finishes its own alone
         rlforge_chunk()
     return curves
 
@@ -223,6 +231,33 @@ def report(task: str, curves: dict[str, list]) -> list[str]:
     return lines
 
 
+def report_seeds(task: str, runs: dict[int, dict[str, list]]) -> list[str]:
+    """Per-step accuracy over seeds: each side's mean, and the paired difference with its standard error.
+
+    The difference is taken per seed (rlforge - TRL, same warm start and data order), so that "rlforge learns
+    worse per step" can be told from seed noise.
+    """
+    steps = sorted(set.intersection(*({s for s, _, _ in c[side]} for c in runs.values() for side in c)))
+    lines = [
+        f"### {task}: {len(runs)} seeds ({', '.join(map(str, runs))})",
+        "",
+        "| step | rlforge mean acc | TRL mean acc | rlforge - TRL | std. error | seeds rlforge >= TRL |",
+        "|---|---|---|---|---|---|",
+    ]
+    for step in steps:
+        acc = {side: [dict((s, a) for s, _, a in c[side])[step] for c in runs.values()] for side in ("rlforge", "trl")}
+        diffs = [o - t for o, t in zip(acc["rlforge"], acc["trl"], strict=True)]
+        stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+        lines.append(
+            f"| {step} | {statistics.mean(acc['rlforge']):.3f} | {statistics.mean(acc['trl']):.3f} | "
+            f"{statistics.mean(diffs):+.3f} | {stderr:.3f} | {sum(d >= 0 for d in diffs)}/{len(diffs)} |"
+        )
+    for seed, curves in runs.items():
+        cells = "; ".join(f"{side} " + " ".join(f"{a:.3f}" for _, _, a in curves[side]) for side in ("rlforge", "trl"))
+        lines += ["", f"seed {seed}: {cells}"]
+    return [*lines, ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["addition", "max"])
@@ -232,7 +267,16 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=None, help=f"warm-start SFT steps (default {SFT_STEPS})")
     parser.add_argument("--loss", choices=sorted(AGGREGATIONS), default="grpo", help="TRL loss_type (same rlforge one)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the warm start's seed, and the race's")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="per-step mode: one race per seed (same warm start), each side --steps steps with no time budget; "
+        "prints each side's mean accuracy per step and the paired difference over seeds",
+    )
+    parser.add_argument("--steps", type=int, default=30, help="steps per side and seed in per-step mode")
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/rlforge/bench_learning"))
     parser.add_argument("--quick", action="store_true", help="smoke run: 10 s per side, 5-step chunks, 64 rows")
     parser.add_argument(
@@ -259,10 +303,18 @@ def main() -> None:
     out: list[str] = []
     for task in args.tasks:
         policy = warm_start(task, Path(args.cache_dir), args.sft_steps or SFT_STEPS.get(task, 100), args.seed)
-        race = Race(task, policy, loss=args.loss, seed=args.seed, skip_zero_advantage=args.skip_zero_advantage)
         val_rows = make_task(task, seed=args.seed).val[: args.val_rows]
-        curves = run_race(race, args.budget_s, args.eval_every, val_rows)
-        lines = report(task, curves)
+        if args.seeds:
+            runs = {}
+            for seed in args.seeds:
+                race = Race(task, policy, loss=args.loss, seed=seed, skip_zero_advantage=args.skip_zero_advantage)
+                runs[seed] = run_race(race, float("inf"), args.eval_every, val_rows, max_steps=args.steps)
+                print(f"seed {seed} done; load {os.getloadavg()}", flush=True)
+            lines = report_seeds(task, runs)
+        else:
+            race = Race(task, policy, loss=args.loss, seed=args.seed, skip_zero_advantage=args.skip_zero_advantage)
+            curves = run_race(race, args.budget_s, args.eval_every, val_rows)
+            lines = report(task, curves)
         print("\n".join(lines), flush=True)
         out += lines
     print(f"load at end {os.getloadavg()}")
