@@ -74,6 +74,14 @@ class CompiledStep:
             return self.fn(*args)
         try:
             if self._compiled is None:
+                if self.mode == "auto":  # a pause of up to ~30 s in the middle of a run deserves a line
+                    log.warning(
+                        "compiling %s after %.0f s of eager decoding (generator compile: auto): a one-time pause "
+                        "(~30 s on a 2-core CPU, a few s with a warm inductor cache), faster decodes after it; "
+                        "generator_options {compile: false} keeps it eager",
+                        self.name,
+                        self.eager_s,
+                    )
                 self._compiled = torch.compile(self.fn, dynamic=self.dynamic, fullgraph=True, options=self.options)
             return self._compiled(*args)
         except Exception as err:  # noqa: BLE001 - no compiler, unsupported op, ...: eager is always correct

@@ -107,6 +107,21 @@ def test_auto_compiles_only_after_the_eager_budget(tiny_policy):
         CompiledStep(lambda: None, compile="yes")
 
 
+def test_auto_announces_its_compile_once(monkeypatch, caplog):
+    # "auto" compiles in the middle of a run, a pause of up to ~30 s: one line says so; True (asked for) says nothing.
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    auto = CompiledStep(lambda x: x + 1, compile="auto", compile_after_s=5.0)
+    asked = CompiledStep(lambda x: x + 1, compile=True)
+    with caplog.at_level(logging.WARNING, logger="rlforge.generation.compiled_step"):
+        assert auto(1) == 2 and not caplog.records  # eager: under the budget
+        auto.record_eager(6.0)
+        assert auto(1) == 2 and auto(2) == 3 and asked(1) == 2
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1, messages
+    assert "compiling the decode step after 6 s of eager decoding" in messages[0]
+    assert "{compile: false}" in messages[0]
+
+
 def test_stop_checks_every_k_steps_give_the_same_completions(tiny_policy, monkeypatch):
     """Accelerators check "all rows stopped" every 8 steps (no per-token sync); the completions are the same."""
     from rlforge.generation import torch_generator
