@@ -146,7 +146,7 @@ def build_theirs(race: Race, output_dir: str, on_step_end):
 
 
 def run_race(
-    race: Race, budget_s: float, eval_every: int, val_rows: list[dict[str, str]], max_steps: int | None = None
+    race: Race, budget_s: float, eval_every: int, val_rows: list[dict[str, str]], max_steps: float = float("inf")
 ) -> dict[str, list]:
     """Alternate chunks of ``eval_every`` steps until each side has trained ``budget_s`` seconds (or ``max_steps``).
 
@@ -158,10 +158,9 @@ def run_race(
     curves = {"rlforge": [(0, 0.0, start_acc)], "trl": [(0, 0.0, start_acc)]}
     clock = {"rlforge": 0.0, "trl": 0.0}
     holder: dict[str, object] = {}
-    last_step = max_steps if max_steps is not None else 10**9
 
     def done(side: str, step: int) -> bool:
-        return clock[side] >= budget_s or step >= last_step
+        return clock[side] >= budget_s or step >= max_steps
 
     def rlforge_chunk() -> None:
         first = ours.global_step
@@ -234,8 +233,8 @@ def report(task: str, curves: dict[str, list]) -> list[str]:
 def report_seeds(task: str, runs: dict[int, dict[str, list]]) -> list[str]:
     """Per-step accuracy over seeds: each side's mean, and the paired difference with its standard error.
 
-    The difference is taken per seed (rlforge - TRL, same warm start and data order), so that "rlforge learns
-    worse per step" can be told from seed noise.
+    The difference is taken per seed (rlforge - TRL, same warm start and seed; each side draws its own prompt
+    order from it), so that "rlforge learns worse per step" can be told from seed noise.
     """
     steps = sorted(set.intersection(*({s for s, _, _ in c[side]} for c in runs.values() for side in c)))
     lines = [

@@ -98,14 +98,6 @@ def _verify_cached(answer: str, gold: str, timeout_s: float) -> bool:
         return False
 
 
-def _verify(answer: str, gold: str, timeout_s: float) -> bool:
-    try:
-        return _verify_cached(answer, gold, timeout_s)
-    except DeadlineExceeded:
-        log.debug("math-verify over %ss on %r vs %r; scored 0", timeout_s, answer, gold)
-        return False
-
-
 class MathReward:
     """1.0 if the final answer in the response equals the target, else 0.0 (or ``format_bonus``).
 
@@ -232,4 +224,8 @@ class MathReward:
 
     def _math_verify(self, answer: str, gold: str) -> bool:
         _warm_up()
-        return _verify(answer, gold, self.math_verify_timeout_s)
+        try:
+            return _verify_cached(answer, gold, self.math_verify_timeout_s)
+        except DeadlineExceeded:  # scored 0 this once, not cached
+            log.debug("math-verify over %ss on %r vs %r; scored 0", self.math_verify_timeout_s, answer, gold)
+            return False

@@ -109,47 +109,47 @@ def test_bad_sampling_params_name_the_field(kwargs, field):
         SamplingParams(**kwargs)
 
 
-def _chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
-    """Pearson's statistic and degrees of freedom, the bins with expected counts under 5 pooled into one.
+def _assert_draws_fit(draws: torch.Tensor, probs: torch.Tensor) -> None:
+    """Pearson's chi-square of ``draws`` against ``probs`` under its mean + 5 sd (bins expecting < 5 pooled).
 
     A token of probability 0 (filtered out) that was drawn at all fails at once.
     """
+    counts = torch.bincount(draws, minlength=probs.numel()).double()
     assert counts[probs == 0].sum() == 0, "a token outside the filtered distribution was drawn"
     expected = probs.double() * counts.sum()
     big = expected >= 5
-    observed = torch.cat([counts[big].double(), counts[~big].double().sum().view(1)])
+    observed = torch.cat([counts[big], counts[~big].sum().view(1)])
     expected = torch.cat([expected[big], expected[~big].sum().view(1)])
     keep = expected > 0
     stat = ((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum().item()
-    return stat, int(keep.sum()) - 1
+    dof = int(keep.sum()) - 1
+    assert stat < dof + 5 * (2 * dof) ** 0.5, (stat, dof)
 
 
 @pytest.mark.parametrize("temperature, top_k", [(1.0, 0), (0.7, 0), (1.0, 40)])
 def test_samples_follow_the_model_distribution(tiny_policy, temperature, top_k):
     """20k draws of the first token and of the second (given the commonest first one, through the KV cache) pass a
-    chi-square test against softmax(HF logits / T), top-k filtered; an independent reference for the sampler."""
+    chi-square test against softmax(HF logits / T) over the top k, computed here without rlforge's sampling code."""
     model, tokenizer = tiny_policy
     with torch.no_grad():  # a peaked distribution, so that a wrong temperature or filter shows
         model.lm_head.weight.mul_(8.0)
     prompt = _encode(tokenizer)[0]
-    draws = 20_000
-    params = SamplingParams(max_new_tokens=2, temperature=temperature, top_k=top_k, n=draws)
+    params = SamplingParams(max_new_tokens=2, temperature=temperature, top_k=top_k, n=20_000)
     completions = TorchGenerator(model, tokenizer, seed=5).generate([prompt], params)[0]
 
     def expected(prefix: list[int]) -> torch.Tensor:
         with torch.no_grad():
             logits = model(torch.tensor([prefix])).logits[0, -1].float() / temperature
-        return filter_logits(logits[None], top_k)[0].softmax(-1)
+        if top_k:
+            logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
+        return logits.softmax(-1)
 
-    vocab = model.config.vocab_size
     first = torch.tensor([c.token_ids[0] for c in completions])
-    stat, dof = _chi_square(torch.bincount(first, minlength=vocab), expected(prompt))
-    assert stat < dof + 5 * (2 * dof) ** 0.5, (stat, dof)  # chi-square's mean + 5 sd
+    _assert_draws_fit(first, expected(prompt))
 
-    counts = torch.bincount(first, minlength=vocab)
+    counts = torch.bincount(first, minlength=model.config.vocab_size)
     counts[tokenizer.eos_token_id] = 0
     token = int(counts.argmax())
     second = torch.tensor([c.token_ids[1] for c in completions if c.token_ids[0] == token])
     assert len(second) > 1000
-    stat, dof = _chi_square(torch.bincount(second, minlength=vocab), expected([*prompt, token]))
-    assert stat < dof + 5 * (2 * dof) ** 0.5, (stat, dof)
+    _assert_draws_fit(second, expected([*prompt, token]))
