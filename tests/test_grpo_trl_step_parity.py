@@ -15,16 +15,15 @@ from typing import Any
 import pytest
 import torch
 
-from rlforge import Callback, GRPOModule, RLTrainer
-from rlforge.data import RLDataModule
-from rlforge.generation import SamplingParams
+from rlforge import Callback
 from rlforge.losses import GRPOLoss
 from rlforge.models import load_policy
 from tests.helpers import char_reward
+from tests.test_grpo import GROUP, PROMPTS, one_step
 
 pytest.importorskip("trl")
 
-PROMPTS, GROUP, NEW_TOKENS, LR, SEED = 4, 4, 8, 1e-3, 3
+NEW_TOKENS, LR = 6, 1e-3  # one_step's sampling and lr
 
 
 class _Capture(Callback):
@@ -39,29 +38,14 @@ class _Capture(Callback):
 
 def _rlforge_step(policy: str, root: str, grad_clip: float) -> tuple[_Capture, torch.nn.Module, dict[str, float]]:
     capture = _Capture()
-    module = GRPOModule(
-        model=policy,
+    module = one_step(
+        policy,
+        root,
+        reward=char_reward,
+        trainer_args={"grad_clip": grad_clip, "callbacks": [capture]},
         loss=GRPOLoss(clip_low=0.2, clip_high=0.2, beta=0.0),  # TRL loss_type="grpo", epsilon 0.2
-        group_size=GROUP,
-        sampling=SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0),
-        reward_fns=[char_reward],
-        lr=LR,
     )
-    trainer = RLTrainer(
-        max_steps=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        val_check_interval=None,
-        val_at_start=False,
-        grad_clip=grad_clip,
-        seed=SEED,
-        default_root_dir=root,
-        callbacks=[capture],
-    )
-    trainer.prepare(module, RLDataModule(task="addition", batch_size=PROMPTS, seed=SEED))
-    trainer.run_step()
-    return capture, module.policy, dict(trainer.callback_metrics)
+    return capture, module.policy, module.metrics
 
 
 def _trl_step(policy: str, out: str, groups, grad_clip: float) -> tuple[dict[str, torch.Tensor], Any, list[dict]]:
@@ -127,7 +111,7 @@ def _trl_step(policy: str, out: str, groups, grad_clip: float) -> tuple[dict[str
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        seed=SEED,
+        seed=0,
     )
     model, tokenizer = load_policy(policy)
     rows = [{"prompt": g[0].prompt, "target": g[0].target} for g in groups]
