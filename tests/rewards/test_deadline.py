@@ -1,4 +1,5 @@
-"""``call_with_deadline``: the time limit fires in the guarded call, never inside a garbage collection's callbacks."""
+"""``call_with_deadline``: the time limit fires in the guarded call, never inside a garbage collection's callbacks
+or a ``__del__`` (where the exception would be swallowed and the limit lifted)."""
 
 from __future__ import annotations
 
