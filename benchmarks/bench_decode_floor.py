@@ -22,30 +22,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import transformers
 
-from rlforge.generation import SamplingParams, TorchGenerator
-from rlforge.generation.decoder import Heads
-from rlforge.models.tiny import build_tiny_model, train_tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_generate, run as a script or imported
+from bench_generate import hf_generate  # noqa: E402
+
+from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
+from rlforge.generation.decoder import Heads  # noqa: E402
+from rlforge.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
 
 BYTES = 4  # fp32 cache
-
-
-def hf_generate(model, prompts: torch.Tensor, new_tokens: int, pad_token_id: int) -> None:
-    model.generate(
-        prompts,
-        attention_mask=torch.ones_like(prompts),
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        pad_token_id=pad_token_id,
-    )
 
 
 def per_step_seconds(run, steps: int) -> float:
@@ -144,6 +135,9 @@ def main() -> None:
     floor_column = column_bytes / rate
     print(f"rlforge step = {fixed * 1e3:.2f} ms + {per_column * 1e6:.2f} us x span (least squares)")
     print(f"  fixed part: weight GEMMs alone {gemm * 1e3:.2f} ms ({gemm / fixed:.0%} of it)")
+    if per_column <= 0:
+        print("  per column: below the timing noise at these lengths (try longer --prompt-lens or more --repeats)")
+        return
     print(
         f"  per column: {column_bytes / 1e3:.0f} kB of keys and values read, {column_bytes / per_column / 1e9:.1f} "
         f"GB/s; streaming reads here {rate / 1e9:.1f} GB/s, so {floor_column * 1e6:.2f} us "

@@ -33,6 +33,21 @@ GENERATOR_OPTIONS = {
 }
 
 
+def hf_generate(model, prompts: torch.Tensor, new_tokens: int, pad_token_id: int) -> None:
+    """HF ``generate`` of exactly ``new_tokens`` tokens for each row of ``prompts``: plain temperature-1 sampling."""
+    model.generate(
+        prompts,
+        attention_mask=torch.ones_like(prompts),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=pad_token_id,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 64])
@@ -69,17 +84,7 @@ def main() -> None:
                     if side in generators:
                         generators[side].generate(prompts.tolist(), params)
                     else:
-                        model.generate(
-                            prompts,
-                            attention_mask=torch.ones_like(prompts),
-                            do_sample=True,
-                            temperature=1.0,
-                            top_k=0,
-                            top_p=1.0,
-                            max_new_tokens=args.new_tokens,
-                            min_new_tokens=args.new_tokens,
-                            pad_token_id=tokenizer.pad_token_id,
-                        )
+                        hf_generate(model, prompts, args.new_tokens, tokenizer.pad_token_id)
                 times[side].append(time.perf_counter() - start)
         ours, compiled, ours_hf, theirs = (batch * args.new_tokens / statistics.median(times[s][1:]) for s in SIDES)
         print(
