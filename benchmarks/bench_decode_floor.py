@@ -31,6 +31,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_generate, run as a script or imported
 from bench_generate import hf_generate  # noqa: E402
+from scaling_report import load, machine  # noqa: E402
 
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
 from rlforge.generation.decoder import Heads  # noqa: E402
@@ -102,6 +103,7 @@ def main() -> None:
     column_bytes = 2 * config.num_hidden_layers * args.batch * heads.n_kv * heads.dim * BYTES  # keys + values
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s)")
+    print(f"{machine()}; load average {load()}")
     print(f"batch {args.batch}, {args.steps} decode steps timed per generation, medians of {args.repeats}")
     print(f"{'prompt':>6} {'avg span':>8} {'rlforge ms/step':>15} {'HF ms/step':>10} {'ratio':>6}")
     spans, ours = [], []

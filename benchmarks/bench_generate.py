@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import transformers
 
-from rlforge.generation import SamplingParams, TorchGenerator
-from rlforge.models.tiny import build_tiny_model, train_tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scaling_report, run as a script or imported
+from scaling_report import load, machine  # noqa: E402
+
+from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
+from rlforge.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
 
 SIDES = ("rlforge", "rlforge_compiled", "rlforge_hf_forward", "hf_generate")
 GENERATOR_OPTIONS = {
@@ -68,6 +73,7 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"{machine()}; load average {load()}")
     print(f"prompt_len={args.prompt_len} new_tokens={args.new_tokens}, medians of {args.repeats} runs after a warm-up")
     print(
         f"{'threads':>7} {'batch':>6} {'rlforge tok/s':>14} {'compiled':>9} {'rlforge (HF fwd)':>17} "

@@ -256,8 +256,10 @@ def main() -> None:
 
     import transformers
     import trl
+    from scaling_report import load, machine
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
+    print(f"{machine()}; load average {load()}")
     skip = ", skip_zero_advantage" if args.skip_zero_advantage else ""
     print(f"{PROMPTS} prompts x {GROUP} samples, {NEW_TOKENS} new tokens, beta 0, precision {args.precision}", end="")
     print(f"{skip}; medians of {args.steps} steps")

@@ -33,13 +33,18 @@ class Row:
 
 
 def machine() -> str:
-    """CPU model, cores and memory in one line."""
+    """CPU model (with its family/model numbers and widest vector ISA: VMs often name only the vendor), cores and
+    memory in one line. Ratios move with the CPU (benchmarks/README.md: a Zen 3 and a Zen 5 VM), so every table
+    says which one it came from."""
     cpu = platform.processor() or "cpu"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+        fields = (line.partition(":") for line in first_cpu.splitlines())
+        info = {key.strip(): value.strip() for key, _, value in fields}
+        flags = set(info.get("flags", "").split())
+        isa = next((name for name in ("amx_tile", "avx512f", "avx2") if name in flags), "no avx2")
+        family, model = info.get("cpu family", "?"), info.get("model", "?")
+        cpu = f"{info.get('model name', cpu)} (family {family} model {model}, {isa})"
         mem = Path("/proc/meminfo").read_text().split()[1]
         mem_gib = f", {int(mem) / 2**20:.0f} GiB"
     except OSError:
