@@ -30,12 +30,11 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_generate, run as a script or imported
-from bench_generate import hf_generate  # noqa: E402
+from bench_generate import hf_generate, tiny_model  # noqa: E402
 from scaling_report import load, machine  # noqa: E402
 
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
 from rlforge.generation.decoder import Heads  # noqa: E402
-from rlforge.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
 
 BYTES = 4  # fp32 cache
 
@@ -93,10 +92,7 @@ def main() -> None:
         parser.error("--prompt-lens needs at least two lengths to fit a line")
     torch.set_num_threads(args.threads)
 
-    tokenizer = train_tokenizer(["Q: What is 3 + 5?\nA: #### 8", "0123456789 abcdefghijklmnopqrstuvwxyz"] * 8, 320)
-    max_len = max(args.prompt_lens) + args.steps + 8
-    model = build_tiny_model(tokenizer, seed=0, max_position_embeddings=max_len).eval()
-    model.generation_config.eos_token_id = None
+    model, tokenizer = tiny_model(max(args.prompt_lens) + args.steps + 8)
     generator = TorchGenerator(model, tokenizer, seed=0, compile=True)
     generator.eos_token_ids = [-1]
     config, heads = model.config, Heads.of(model.config)
@@ -119,7 +115,8 @@ def main() -> None:
                 hf_generate(model, prompts, tokens, tokenizer.pad_token_id)
 
         for run in (run_ours, run_hf):  # warm-up (the first length also compiles rlforge's step)
-            run(2), run(2 + args.steps)
+            run(2)
+            run(2 + args.steps)
         ours_s, hf_s = [], []
         for _ in range(args.repeats):  # the sides alternate
             ours_s.append(per_step_seconds(run_ours, args.steps))

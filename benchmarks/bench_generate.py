@@ -38,6 +38,16 @@ GENERATOR_OPTIONS = {
 }
 
 
+def tiny_model(max_len: int):
+    """The benchmarks' tiny fp32 Qwen3 (``TINY_CONFIG``, a 320-token tokenizer) and its tokenizer, in eval mode, with
+    EOS removed from its generation config so HF ``generate`` runs every row to ``max_new_tokens`` (give
+    ``TorchGenerator`` ``eos_token_ids = [-1]`` for the same)."""
+    tokenizer = train_tokenizer(["Q: What is 3 + 5?\nA: #### 8", "0123456789 abcdefghijklmnopqrstuvwxyz"] * 8, 320)
+    model = build_tiny_model(tokenizer, seed=0, max_position_embeddings=max_len).eval()
+    model.generation_config.eos_token_id = None
+    return model, tokenizer
+
+
 def hf_generate(model, prompts: torch.Tensor, new_tokens: int, pad_token_id: int) -> None:
     """HF ``generate`` of exactly ``new_tokens`` tokens for each row of ``prompts``: plain temperature-1 sampling."""
     model.generate(
@@ -62,9 +72,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
 
-    tokenizer = train_tokenizer(["Q: What is 3 + 5?\nA: #### 8", "0123456789 abcdefghijklmnopqrstuvwxyz"] * 8, 320)
-    model = build_tiny_model(tokenizer, seed=0, max_position_embeddings=args.prompt_len + args.new_tokens + 8).eval()
-    model.generation_config.eos_token_id = None  # both sides generate exactly new_tokens tokens
+    model, tokenizer = tiny_model(args.prompt_len + args.new_tokens + 8)
     generators = {
         side: TorchGenerator(model, tokenizer, seed=0, **GENERATOR_OPTIONS[side]) for side in GENERATOR_OPTIONS
     }
