@@ -3,11 +3,12 @@
 ``bench_generate.py`` times whole generations (prefill + 128 steps at one prompt length). This script separates
 the decode step from the prefill and from the context length, in one process:
 
-1. seconds per decode step at several prompt lengths, for rlforge (``TorchGenerator(compile=True)``) and HF
+1. seconds per decode step at several prompt lengths, for rlforge (``TorchGenerator(compile=True)``, its decode
+   attention in rlforge's CPU kernels), the same with ``cpu_kernels=False`` (attention through ``torch.bmm``) and HF
    ``generate``: a generation of ``2 + steps`` tokens minus one of 2 tokens, divided by ``steps``, so the prefill
    cancels; the sides alternate call by call;
-2. a least-squares line through rlforge's points, ``step = fixed + per_column * span`` (``span``: cached columns
-   a step attends to, on average), splitting the step into work that does not grow with the cache (weight GEMMs,
+2. a least-squares line through each rlforge side's points, ``step = fixed + per_column * span`` (``span``: cached
+   columns a step attends to, on average), splitting the step into work that does not grow with the cache (weight GEMMs,
    norms, sampling, the call) and the attention's reads of the key/value cache;
 3. the two floors under them, measured here: the step's weight GEMMs alone (``torch.mm`` at its shapes), and the
    cache bytes a column adds per step (keys and values of every layer and row) at this CPU's streaming-read rate
@@ -21,6 +22,7 @@ EOS is disabled and sampling is plain temperature 1 on both sides, as in ``bench
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -93,42 +95,51 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     model, tokenizer = tiny_model(max(args.prompt_lens) + args.steps + 8)
-    generator = TorchGenerator(model, tokenizer, seed=0, compile=True)
-    generator.eos_token_ids = [-1]
+    generators = {
+        "kernels": TorchGenerator(model, tokenizer, seed=0, compile=True),
+        "bmm": TorchGenerator(model, tokenizer, seed=0, compile=True, cpu_kernels=False),
+    }
+    for generator in generators.values():
+        generator.eos_token_ids = [-1]
     config, heads = model.config, Heads.of(model.config)
     column_bytes = 2 * config.num_hidden_layers * args.batch * heads.n_kv * heads.dim * BYTES  # keys + values
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s)")
     print(f"{machine()}; load average {load()}")
     print(f"batch {args.batch}, {args.steps} decode steps timed per generation, medians of {args.repeats}")
-    print(f"{'prompt':>6} {'avg span':>8} {'rlforge ms/step':>15} {'HF ms/step':>10} {'ratio':>6}")
-    spans, ours = [], []
+    print(f"{'prompt':>6} {'avg span':>8} {'rlforge ms/step':>15} {'bmm ms/step':>11} {'HF ms/step':>10} {'ratio':>6}")
+    spans, ours_steps, bmm = [], [], []
     for prompt_len in args.prompt_lens:
         prompts = torch.randint(3, len(tokenizer), (args.batch, prompt_len))
         prompt_list = prompts.tolist()
 
-        def run_ours(tokens: int, prompt_list=prompt_list) -> None:
+        def run_ours(generator: TorchGenerator, tokens: int, prompt_list=prompt_list) -> None:
             generator.generate(prompt_list, SamplingParams(max_new_tokens=tokens, temperature=1.0))
 
         def run_hf(tokens: int, prompts=prompts) -> None:
             with torch.no_grad():
                 hf_generate(model, prompts, tokens, tokenizer.pad_token_id)
 
-        for run in (run_ours, run_hf):  # warm-up (the first length also compiles rlforge's step)
+        runs = {side: functools.partial(run_ours, generator) for side, generator in generators.items()}
+        runs["hf"] = run_hf
+        for run in runs.values():  # warm-up (the first length also compiles rlforge's steps)
             run(2)
             run(2 + args.steps)
-        ours_s, hf_s = [], []
+        times: dict[str, list[float]] = {side: [] for side in runs}
         for _ in range(args.repeats):  # the sides alternate
-            ours_s.append(per_step_seconds(run_ours, args.steps))
-            hf_s.append(per_step_seconds(run_hf, args.steps))
+            for side, run in runs.items():
+                times[side].append(per_step_seconds(run, args.steps))
         span = prompt_len + 2 + args.steps / 2
-        mine, theirs = statistics.median(ours_s), statistics.median(hf_s)
+        mine, plain, theirs = (statistics.median(times[side]) for side in runs)
         spans.append(span)
-        ours.append(mine)
-        row = f"{prompt_len:>6} {span:>8.0f} {mine * 1e3:>15.2f} {theirs * 1e3:>10.2f} {theirs / mine:>6.2f}"
-        print(row, flush=True)
+        ours_steps.append(mine)
+        bmm.append(plain)
+        row = f"{prompt_len:>6} {span:>8.0f} {mine * 1e3:>15.2f} {plain * 1e3:>11.2f} {theirs * 1e3:>10.2f}"
+        print(f"{row} {theirs / mine:>6.2f}", flush=True)
 
-    fixed, per_column = fit_line(spans, ours)
+    bmm_fixed, bmm_per_column = fit_line(spans, bmm)
+    print(f"with torch.bmm attention: step = {bmm_fixed * 1e3:.2f} ms + {bmm_per_column * 1e6:.2f} us x span")
+    fixed, per_column = fit_line(spans, ours_steps)
     gemm = weight_gemm_seconds(model, args.batch)
     rate = streaming_read_rate()
     floor_column = column_bytes / rate

@@ -3,12 +3,14 @@
 The HF forward spends most of a decode step in Python (mask building, cache objects, wrappers) on small
 models, and its ``DynamicCache`` re-copies the whole cache every token. ``KVDecoder`` runs the same math
 directly on the model's own parameters (no copies, so in-place weight updates are seen at once):
-preallocated ``[B, H_kv, L, D]`` key/value buffers, a rotary table computed once by the model's own
-rotary module, and the prompt encoded once per group and broadcast to the group's rows.
+preallocated key/value buffers (keys transposed, ``[B, H_kv, D, L]``, so a step's scores are a plain product over
+contiguous columns; values ``[B, H_kv, L, D]``), a rotary table computed once by the model's own rotary module,
+and the prompt encoded once per group and broadcast to the group's rows.
 
 A decode step (``step``) has static shapes when ``span`` is fixed: the new key/value go to the cache column
 given as a tensor (``index_copy_``), and attention reads ``span`` columns under an additive mask, so the same
-step compiles into one graph and can be replayed by CUDA graphs.
+step compiles into one graph and can be replayed by CUDA graphs. On CPU with an fp32 cache the step's attention
+runs rlforge's native kernels (``cpu_kernels.py``), which read the cache at streaming speed; ``torch.bmm`` elsewhere.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rlforge.generation.cpu_kernels import load_decode_attention
 
 _FAMILY = {"llama", "qwen2", "qwen3", "mistral"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}  # rope types whose tables do not depend on the length
@@ -174,6 +178,29 @@ def rope_table(model: nn.Module, total: int, device: torch.device) -> tuple[torc
     return cos[0].to(param.dtype), sin[0].to(param.dtype)
 
 
+def decode_attention(
+    q: torch.Tensor, keys_t: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float, native: bool
+) -> torch.Tensor:
+    """One decode step's attention for each (row, KV head): ``softmax(scale * q @ keys_t + bias) @ values``.
+
+    Args:
+        q: The query heads of each KV head, ``[N, G, D]``.
+        keys_t: Keys, transposed, ``[N, D, S]``.
+        values: ``[N, S, D]``.
+        bias: Additive mask ``[N, 1, S]`` (0 or ``-inf``).
+        scale: The softmax scale.
+        native: Use ``torch.ops.rlforge`` (``cpu_kernels.load_decode_attention()`` must have returned ``True``).
+
+    Returns:
+        ``[N, G, D]``.
+    """
+    if native:
+        scores = torch.ops.rlforge.decode_scores(q, keys_t, scale)
+        return torch.ops.rlforge.decode_mix((scores + bias).softmax(-1), values)
+    # The query heads of a KV group share one batched matmul (no K/V repeat); scale and mask fused.
+    return torch.bmm(torch.baddbmm(bias, q, keys_t, alpha=scale).softmax(-1), values)
+
+
 class KVDecoder:
     """Prefill + one-token decode steps for a Llama-family causal LM (see module docstring).
 
@@ -183,11 +210,19 @@ class KVDecoder:
         model: An HF ``*ForCausalLM`` of a supported family (``model.model.layers``, ``model.lm_head``).
         layer_fn: Runs one layer of the prefill (all but the last, see ``last_prompt_layer``); ``prompt_layer`` or
             a compiled wrapper of it.
+        native_attention: Decode attention through rlforge's CPU kernels; honoured only where they apply (a CPU
+            model with fp32 weights) and load (``cpu_kernels.load_decode_attention``).
     """
 
-    def __init__(self, model: nn.Module, layer_fn: Callable[..., LayerOut] | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, layer_fn: Callable[..., LayerOut] | None = None, native_attention: bool = True
+    ) -> None:
         self.model = model
         self.layer_fn = layer_fn or prompt_layer
+        param = next(model.parameters())
+        self.native_attention = native_attention and param.device.type == "cpu" and param.dtype == torch.float32
+        if self.native_attention:
+            self.native_attention = load_decode_attention()
         self.heads = Heads.of(model.config)
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -222,7 +257,7 @@ class KVDecoder:
         """One decoder layer on the prompts ``x`` ``[P, W, hidden]``; their keys/values go to columns ``:W``."""
         x, k, v = layer_fn(layer, x, cos, sin, mask, self.heads)
         b, t = k.shape[0], k.shape[2]
-        self.keys[i][:b, :, :t] = k
+        self.keys[i][:b, :, :, :t] = k.transpose(2, 3)
         self.values[i][:b, :, :t] = v
         return x
 
@@ -252,7 +287,7 @@ class KVDecoder:
         self.columns = torch.arange(total, device=device)
         # Zeros, not empty: columns past the current one are read (and masked) by a fixed-span step.
         shape = (batch, self.heads.n_kv, total, self.heads.dim)  # batch >= n_prompts: rows repeat prompts
-        self.keys = [param.new_zeros(shape) for _ in inner.layers]
+        self.keys = [param.new_zeros(shape).transpose(2, 3).contiguous() for _ in inner.layers]  # [B, H_kv, D, L]
         self.values = [param.new_zeros(shape) for _ in inner.layers]
         valid = attention_mask.bool()
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -268,7 +303,9 @@ class KVDecoder:
         # Broadcast each prompt's cache to its rows (index_select copies first, so rows may overlap prompts),
         # unless every row samples its own prompt in order (n = 1), where the cache already is in place.
         if batch != n_prompts or not bool((rows == torch.arange(batch, device=device)).all()):
-            for buf in (*self.keys, *self.values):
+            for buf in self.keys:
+                buf[:batch, :, :, :width] = buf[:n_prompts, :, :, :width].index_select(0, rows)
+            for buf in self.values:
                 buf[:batch, :, :width] = buf[:n_prompts, :, :width].index_select(0, rows)
         self.valid = torch.ones(batch, total, dtype=torch.bool, device=device)
         self.valid[:, :width] = valid.index_select(0, rows)
@@ -306,13 +343,12 @@ class KVDecoder:
             attn = layer.self_attn
             q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
             q, k = _rotate_signed(q, cos, sin), _rotate_signed(k, cos, sin)
-            self.keys[i].index_copy_(2, at, k[:, :, None])
+            self.keys[i].index_copy_(3, at, k[..., None])
             self.values[i].index_copy_(2, at, v[:, :, None])
-            keys = self.keys[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
+            keys_t = self.keys[i].view(b * n_kv, d, -1)[:, :, : span.shape[0]]
             values = self.values[i].view(b * n_kv, -1, d)[:, : span.shape[0]]
-            # The query heads of a KV group share one batched matmul (no K/V repeat); scale and mask fused.
-            scores = torch.baddbmm(bias, q.view(b * n_kv, group, d), keys.transpose(1, 2), alpha=attn.scaling)
-            out = torch.bmm(scores.softmax(-1), values).view(b, -1)
+            q = q.view(b * n_kv, group, d)
+            out = decode_attention(q, keys_t, values, bias, attn.scaling, self.native_attention).view(b, -1)
             x = mlp_residual(layer, _linear_add(x, out, attn.o_proj))
         return self.model.lm_head(_rms_norm(x, inner.norm)).float()
 

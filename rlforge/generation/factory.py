@@ -16,7 +16,7 @@ from rlforge.models.peft import generator_weights, is_peft_model, merged_copy
 from rlforge.types import Completion
 
 GENERATORS = ("torch", "vllm")
-TORCH_OPTIONS = ("static_cache", "compile", "compile_after_s")
+TORCH_OPTIONS = ("static_cache", "compile", "compile_after_s", "cpu_kernels")
 """``TorchGenerator`` keyword arguments a config may set (``generator_options`` / ``generator.options``)."""
 """Names accepted by ``build_generator`` (and ``LocalStrategy(generator=...)``)."""
 

@@ -65,6 +65,9 @@ class TorchGenerator:
             the compile). A failed compile falls back to eager with a warning. See
             ``rlforge/generation/compiled_step.py``.
         compile_after_s: The eager decode time after which ``compile="auto"`` compiles.
+        cpu_kernels: On CPU with fp32 weights, decode attention through rlforge's native kernels (built with the
+            system C++ compiler on first use, ~5-20 s once per machine; ``torch.bmm`` with a warning if the build
+            fails). See ``rlforge/generation/cpu_kernels.py``.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class TorchGenerator:
         static_cache: bool = True,
         compile: bool | str = "auto",
         compile_after_s: float = 60.0,
+        cpu_kernels: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -87,6 +91,7 @@ class TorchGenerator:
         self.rng.manual_seed(seed)
         self._cache_kw = _cache_kwarg(model)
         self.use_kv_decoder = static_cache
+        self.cpu_kernels = cpu_kernels
         # On CPU the decode step's kernels are called from C++ instead of inductor's Python wrapper: a step's fixed
         # cost goes from ~0.78 to ~0.55 ms (batch 64: 4.5% of a 1-thread generate, 9% at 2 threads; the compile
         # takes as long). On CUDA the Python wrapper stays, the path CUDA graphs take.
@@ -166,7 +171,8 @@ class TorchGenerator:
         return torch.cat(parts, dim=1)
 
     def _decode_static(self, input_ids, attention_mask, rows, params):
-        decoder = KVDecoder(self.model, self.prefill_layer if self.decode_step.active else prompt_layer)
+        layer_fn = self.prefill_layer if self.decode_step.active else prompt_layer
+        decoder = KVDecoder(self.model, layer_fn, native_attention=self.cpu_kernels)
         try:
             logits = decoder.prefill(input_ids, attention_mask, rows, params.max_new_tokens)
             width, steps = input_ids.shape[1], params.max_new_tokens
@@ -181,7 +187,7 @@ class TorchGenerator:
             sampling = (params.temperature, params.top_k, params.top_p)
 
             def advance(tok, t, u):
-                span = decoder.span_columns(decoder.keys[0].shape[2] if static else width + t)
+                span = decoder.span_columns(decoder.columns.shape[0] if static else width + t)
                 if compiled and not static:
                     torch._dynamo.maybe_mark_dynamic(span, 0)  # one compiled graph for every length
                 args = (decoder, tok, positions[t - 1], columns[t - 1], span, u, *sampling)

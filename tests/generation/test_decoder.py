@@ -52,14 +52,17 @@ def _model(arch: str, tokenizer) -> torch.nn.Module:
     return model.eval()
 
 
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu_kernels", "bmm"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_kv_decoder_matches_hf_forward(arch, tiny_policy):
+def test_kv_decoder_matches_hf_forward(arch, cpu_kernels, tiny_policy):
+    """Both decode attentions (rlforge's CPU kernels, ``torch.bmm``) against the HF forward."""
     _, tokenizer = tiny_policy
     model = _model(arch, tokenizer)
     assert KVDecoder.supports(model, 40)
+    assert KVDecoder(model, native_attention=cpu_kernels).native_attention is cpu_kernels  # the path under test
     prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in ["Q: What is 3 + 5?\nA:", "Hi", "1+1="]]
     for params in (SamplingParams(max_new_tokens=12, n=3), SamplingParams(max_new_tokens=12, temperature=0.0)):
-        ours = TorchGenerator(model, tokenizer, seed=4).generate(prompts, params)
+        ours = TorchGenerator(model, tokenizer, seed=4, cpu_kernels=cpu_kernels).generate(prompts, params)
         hf = TorchGenerator(model, tokenizer, seed=4, static_cache=False).generate(prompts, params)
         for group, ref_group in zip(ours, hf, strict=True):
             for c, ref in zip(group, ref_group, strict=True):
