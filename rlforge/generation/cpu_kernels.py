@@ -53,7 +53,10 @@ def load_decode_attention() -> bool:
         cpp_extension.load(
             name=f"rlforge_decode_attention_{capability.lower()}",
             sources=[str(SOURCE)],
-            extra_cflags=["-O3", "-fopenmp-simd", *_ISA_FLAGS.get(capability, [])],
+            # -fopenmp: at::parallel_for is header code over OpenMP, serial without it. libgomp.so.1 resolves to
+            # the copy torch already loaded (same soname), so there is one thread pool, as for inductor's kernels.
+            extra_cflags=["-O3", "-fopenmp", *_ISA_FLAGS.get(capability, [])],
+            extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,
         )
