@@ -2,7 +2,8 @@
 
 A decode step's attention is a batched GEMV over each row's KV cache; ``torch.bmm`` runs it through MKL's
 small-matrix path at a third or less of what a core streams, and at batch 64 that read is about half of a 1-thread
-decode step (``benchmarks/bench_decode_floor.py``). The two kernels read the cache once at streaming speed:
+decode step (``benchmarks/bench_decode_floor.py``). The two kernels read it once, as vertical FMAs over contiguous
+memory, at 1.5-3x ``torch.bmm``'s rate (``benchmarks/README.md``):
 
 - ``torch.ops.rlforge.decode_scores(q [N, G, D], keys_t [N, D, S], scale) -> [N, G, S]``
 - ``torch.ops.rlforge.decode_mix(probs [N, G, S], values [N, S, D]) -> [N, G, D]``
@@ -10,7 +11,7 @@ decode step (``benchmarks/bench_decode_floor.py``). The two kernels read the cac
 They are registered with the dispatcher and with fake (meta) implementations, so a ``torch.compile``'d decode
 step calls them as opaque ops in one graph. The build uses ``torch.utils.cpp_extension`` (a C++ compiler and
 ninja) once per machine and torch CPU capability (cached under ``TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``, ~20 s on 2 cores); when it fails, decoding keeps ``torch.bmm`` and says so once.
+``~/.cache/torch_extensions``, ~5 s on 2 cores); when it fails, decoding keeps ``torch.bmm`` and says so once.
 ``RLFORGE_CPU_KERNELS=0`` (or ``TorchGenerator(cpu_kernels=False)``) skips them.
 """
 
