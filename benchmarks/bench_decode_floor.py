@@ -93,9 +93,6 @@ def main() -> None:
     if len(args.prompt_lens) < 2:
         parser.error("--prompt-lens needs at least two lengths to fit a line")
     torch.set_num_threads(args.threads)
-    # Both rlforge sides compile the same step function, one graph per cache bucket each: past dynamo's default
-    # limit of 8 graphs per function with four prompt lengths, which would leave a side eager.
-    torch._dynamo.config.recompile_limit = 64
 
     model, tokenizer = tiny_model(max(args.prompt_lens) + args.steps + 8)
     generators = {

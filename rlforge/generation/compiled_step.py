@@ -26,8 +26,8 @@ COMPILE_CHOICES = (True, False, "auto")
 
 
 class CompiledStep:
-    """Runs ``fn`` eagerly or compiled (``fullgraph=True``; one graph per shape bucket and sampling config when
-    ``dynamic=False``, one graph for all sizes when ``dynamic=True``).
+    """Runs ``fn`` eagerly or compiled (``fullgraph=True``; with ``dynamic=False`` one graph per static shape and
+    sampling config, sizes the caller marks dynamic aside; one graph for all sizes when ``dynamic=True``).
 
     Args:
         fn: The step function; no host syncs (a graph break would fail ``fullgraph``).

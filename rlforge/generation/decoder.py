@@ -313,6 +313,22 @@ class KVDecoder:
         return logits.index_select(0, rows)
 
     # ------------------------------------------------------------------------------------------ decode
+    def mark_length_dynamic(self) -> None:
+        """Marks the cache length of every buffer a step reads as dynamic for ``torch.compile`` (after ``prefill``).
+
+        One compiled step then serves every cache size; without it each ``CACHE_BUCKET`` compiled its own graph
+        (seconds each on CPU), and past dynamo's limit of 8 graphs per function (prompts that grow, as in multi-turn
+        episodes) compiled decoding gave up for the rest of the run.
+        """
+        mark = torch._dynamo.maybe_mark_dynamic
+        for keys in self.keys:
+            mark(keys, 3)
+        for values in self.values:
+            mark(values, 2)
+        for table in (self.cos, self.signed_sin, self.columns):
+            mark(table, 0)
+        mark(self.bias, 1)
+
     def span_columns(self, span: int) -> torch.Tensor:
         """The cache columns a step attends to (pass to ``step``; its length is the step's one varying shape)."""
         return self.columns[:span]

@@ -59,7 +59,8 @@ class TorchGenerator:
         seed: Seed of the sampler's own RNG (kept in ``state_dict`` for exact resume).
         policy_version: Version of the weights the model currently holds.
         static_cache: Decode supported architectures with ``KVDecoder`` (``False``: always the HF forward).
-        compile: Run the ``KVDecoder`` decode step (forward and sampling, one graph per shape bucket) and the
+        compile: Run the ``KVDecoder`` decode step (forward and sampling; on CPU one graph per batch size and sampling
+            config, for every cache length; on CUDA one per cache bucket, static for CUDA graphs) and the
             prefill's layers through ``torch.compile``: ``True`` from the first call, ``False`` never, ``"auto"``
             once this generator's eager decodes have taken ``compile_after_s`` seconds (so short runs never pay
             the compile). A failed compile falls back to eager with a warning. See
@@ -184,6 +185,8 @@ class TorchGenerator:
             # as CUDA graphs need).
             compiled = self.decode_step.active
             static = compiled and self.device.type == "cuda"
+            if compiled and not static:
+                decoder.mark_length_dynamic()
             sampling = (params.temperature, params.top_k, params.top_p)
 
             def advance(tok, t, u):

@@ -75,6 +75,21 @@ def test_decode_steps_after_the_first_never_recompile(tiny_policy, monkeypatch):
     assert len(reused) > 60
 
 
+@pytest.mark.slow
+def test_one_compiled_step_serves_every_cache_size(tiny_policy):
+    """The cache length is dynamic: caches of new sizes (longer prompts, ``CACHE_BUCKET`` steps) run the first graph.
+    Each size once compiled its own, and past dynamo's 8 graphs per function compiled decoding gave up."""
+    model, tokenizer = tiny_policy
+    gen = TorchGenerator(model, tokenizer, seed=0, compile=True)
+    params = SamplingParams(max_new_tokens=8, n=2)
+    gen.generate([[5] * 10], params)  # compiles, over a cache of 64 columns
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for width in (70, 130, 200):  # caches of 128, 192 and 256 columns
+            (group,) = gen.generate([[5] * width], params)
+            assert not gen.decode_step.failed and not gen.prefill_layer.failed  # a recompile would have raised
+            assert all(1 <= len(c.token_ids) <= 8 for c in group)
+
+
 def test_failed_compile_falls_back_to_eager(tiny_policy, monkeypatch, caplog):
     model, tokenizer = tiny_policy
     params = SamplingParams(max_new_tokens=8, n=2)
