@@ -130,7 +130,7 @@ def main() -> None:
             for side, run in runs.items():
                 times[side].append(per_step_seconds(run, args.steps))
         span = prompt_len + 2 + args.steps / 2
-        mine, plain, theirs = (statistics.median(times[side]) for side in runs)
+        mine, plain, theirs = (statistics.median(times[side]) for side in ("kernels", "bmm", "hf"))
         spans.append(span)
         ours_steps.append(mine)
         bmm.append(plain)

@@ -141,6 +141,18 @@ struct MixChunk {
   }
 };
 
+// t itself when its last dimension is unit-stride (the kernels take any other strides), else a contiguous copy.
+at::Tensor unit_last_stride(const at::Tensor& t) { return t.stride(2) == 1 ? t : t.contiguous(); }
+
+// fn(n, ahead) for every (row, KV head) n on torch's intra-op threads; ahead is the offset of the next tile the
+// same thread reads (0 after its last), which the kernels prefetch.
+template <typename Fn>
+void for_each_tile(int64_t N, int64_t tile_stride, const Fn& fn) {
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) fn(n, n + 1 < end ? tile_stride : 0);
+  });
+}
+
 void check_cpu_float(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 3, op, ": ", name,
               " must be a 3-D float32 CPU tensor, got ", t.scalar_type(), " ", t.sizes(), " on ", t.device());
@@ -154,18 +166,15 @@ at::Tensor decode_scores(const at::Tensor& q, const at::Tensor& keys_t, double s
   TORCH_CHECK(keys_t.size(0) == N && keys_t.size(1) == D, "decode_scores: keys_t ", keys_t.sizes(),
               " does not match q ", q.sizes());
   const at::Tensor qc = q.contiguous();
-  const at::Tensor kc = keys_t.stride(2) == 1 ? keys_t : keys_t.contiguous();
+  const at::Tensor kc = unit_last_stride(keys_t);
   at::Tensor out = at::empty({N, G, S}, q.options());
   const float* qp = qc.const_data_ptr<float>();
   const float* kp = kc.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
   const int64_t k_row = kc.stride(0), ld = kc.stride(1);
   const float s = static_cast<float>(scale);
-  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const int64_t ahead = n + 1 < end ? k_row : 0;  // the next tile this thread reads
-      by_chunks<ScoreChunk>(G, qp + n * G * D, D, kp + n * k_row, ld, S, s, op + n * G * S, ahead);
-    }
+  for_each_tile(N, k_row, [&](int64_t n, int64_t ahead) {
+    by_chunks<ScoreChunk>(G, qp + n * G * D, D, kp + n * k_row, ld, S, s, op + n * G * S, ahead);
   });
   return out;
 }
@@ -178,17 +187,14 @@ at::Tensor decode_mix(const at::Tensor& probs, const at::Tensor& values) {
   TORCH_CHECK(values.size(0) == N && values.size(1) == S, "decode_mix: values ", values.sizes(),
               " does not match probs ", probs.sizes());
   const at::Tensor pc = probs.contiguous();
-  const at::Tensor vc = values.stride(2) == 1 ? values : values.contiguous();
+  const at::Tensor vc = unit_last_stride(values);
   at::Tensor out = at::empty({N, G, D}, probs.options());
   const float* pp = pc.const_data_ptr<float>();
   const float* vp = vc.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
   const int64_t v_row = vc.stride(0), ld = vc.stride(1);
-  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const int64_t ahead = n + 1 < end ? v_row : 0;
-      by_chunks<MixChunk>(G, pp + n * G * S, S, vp + n * v_row, ld, D, op + n * G * D, ahead);
-    }
+  for_each_tile(N, v_row, [&](int64_t n, int64_t ahead) {
+    by_chunks<MixChunk>(G, pp + n * G * S, S, vp + n * v_row, ld, D, op + n * G * D, ahead);
   });
   return out;
 }
