@@ -20,7 +20,7 @@ STEPS = 3
 
 def _fit(policy: str, tmp: Path, logger_flags: list[str]) -> tuple[Path, dict[str, str]]:
     """Runs `rlforge fit` from an empty folder with HOME and every W&B folder redirected into ``tmp``."""
-    names = ("home", "cwd", "wandb_dir", "wandb_cache", "wandb_data", "wandb_config", "mpl")
+    names = ("home", "cwd", "wandb_dir", "wandb_cache", "wandb_data", "wandb_config", "mpl", "torch_ext")
     dirs = {name: tmp / name for name in names}
     dirs["cwd"].mkdir()
     env = {
@@ -35,6 +35,8 @@ def _fit(policy: str, tmp: Path, logger_flags: list[str]) -> tuple[Path, dict[st
         # torchmetrics imports matplotlib when it is installed, and matplotlib keeps a font cache in HOME
         # unless MPLCONFIGDIR says where (the README says so next to the W&B folders).
         "MPLCONFIGDIR": str(dirs["mpl"]),
+        # The CPU decode kernels are built on first use into ~/.cache/torch_extensions unless this says where.
+        "TORCH_EXTENSIONS_DIR": str(dirs["torch_ext"]),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -66,7 +68,7 @@ def test_wandb_offline_run_has_metrics_config_tables_and_checkpoints(tiny_policy
         ["--trainer.logger", "rlforge.loggers.WandbLogger", "--trainer.logger.log_model", "all"],
     )
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
-    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir", "mpl"}
+    assert written <= {"runs", "wandb_cache", "wandb_data", "wandb_config", "wandb_dir", "mpl", "torch_ext"}
 
     run_file = _wandb_file(root)
     rows = history(run_file)
