@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -16,9 +18,25 @@ from rlforge.models.peft import generator_weights, is_peft_model, merged_copy
 from rlforge.types import Completion
 
 GENERATORS = ("torch", "vllm")
-TORCH_OPTIONS = ("static_cache", "compile", "compile_after_s", "cpu_kernels")
-"""``TorchGenerator`` keyword arguments a config may set (``generator_options`` / ``generator.options``)."""
 """Names accepted by ``build_generator`` (and ``LocalStrategy(generator=...)``)."""
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+TORCH_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "static_cache": (_is_bool, "true or false"),
+    "compile": (lambda v: _is_bool(v) or v == "auto", "true, false or 'auto'"),
+    "compile_after_s": (_is_seconds, "a number of seconds >= 0"),
+    "cpu_kernels": (_is_bool, "true or false"),
+}
+"""``TorchGenerator`` keyword arguments a config may set (``generator_options`` / ``generator.options``): each
+with its check, since a string such as ``"false"`` would otherwise switch a feature on."""
 
 
 def check_generator_name(kind: str, field: str = "trainer.strategy.generator") -> None:
@@ -27,6 +45,24 @@ def check_generator_name(kind: str, field: str = "trainer.strategy.generator") -
         raise ConfigError(f"{field} must be one of {GENERATORS}, got {kind!r}")
     if kind == "vllm":
         require("vllm", f"{field}='vllm'")
+
+
+def check_generator_options(
+    kind: str, options: dict[str, Any], field: str = "trainer.strategy.generator_options"
+) -> None:
+    """Raises ``ConfigError`` naming the option for a ``torch`` generator option it does not take or a bad value.
+
+    vLLM's options are its engine's keyword arguments, which vLLM checks itself.
+    """
+    if kind != "torch":
+        return
+    unknown = sorted(set(options) - set(TORCH_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{field}: TorchGenerator takes none of {unknown} (it takes {', '.join(TORCH_OPTIONS)})")
+    for name, value in options.items():
+        valid, expected = TORCH_OPTIONS[name]
+        if not valid(value):
+            raise ConfigError(f"{field}.{name} must be {expected}, got {value!r}")
 
 
 def hf_copy(policy: nn.Module) -> nn.Module:
@@ -52,6 +88,7 @@ def build_generator(
     *,
     copy_weights: bool = True,
     field: str = "trainer.strategy.generator",
+    options_field: str = "trainer.strategy.generator_options",
 ) -> Generator:
     """Builds a rollout generator: the ONE factory of every strategy (in process and inside Monarch replicas).
 
@@ -64,16 +101,13 @@ def build_generator(
         options: Extra keyword arguments of the generator class (e.g. vLLM's ``gpu_memory_utilization``).
         copy_weights: Give a ``torch`` generator its own copy of ``policy`` (``False``: ``policy`` already is the
             caller's private copy, as in a Monarch replica, and is sampled in place).
-        field: The config field named in errors.
+        field: The config field of ``kind``, named in errors.
+        options_field: The config field of ``options``, named in errors.
     """
     check_generator_name(kind, field)
     options = dict(options or {})
+    check_generator_options(kind, options, options_field)
     if kind == "torch":
-        unknown = sorted(set(options) - set(TORCH_OPTIONS))
-        if unknown:
-            raise ConfigError(
-                f"{field} options: TorchGenerator takes none of {unknown} (it takes {', '.join(TORCH_OPTIONS)})"
-            )
         model = hf_copy(policy) if copy_weights else policy
         return TorchGenerator(model, tokenizer, seed=seed, policy_version=policy_version, **options)
     from rlforge.generation.vllm_generator import VLLMGenerator

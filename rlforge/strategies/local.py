@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlforge.errors import ConfigError
-from rlforge.generation.factory import build_generator, check_generator_name
+from rlforge.generation.factory import build_generator, check_generator_name, check_generator_options
 from rlforge.models.adapter_sync import adapter_payload, check_sync_mode
 from rlforge.models.peft import generator_weights
 from rlforge.services import LocalReference, MergingGenerator, RunContext, Services, Staleness
@@ -28,7 +28,8 @@ class LocalStrategy(Strategy):
         generator: Rollout sampler backend: ``torch`` (``TorchGenerator``) or ``vllm`` (``VLLMGenerator``, needs
             the ``vllm`` extra; validation also uses it while its weights are current).
         generator_options: Keyword arguments of the generator class (for vLLM e.g. ``gpu_memory_utilization``,
-            ``sleep_between_rollouts``, ``dtype``; for torch ``compile``, ``compile_after_s``, ``static_cache``).
+            ``sleep_between_rollouts``, ``dtype``; for torch ``compile``, ``compile_after_s``, ``static_cache``,
+            ``cpu_kernels``).
         peft_sync: With a PEFT (LoRA) policy: ``merged`` sends the merged weights to the generator (any
             generator; vLLM reloads them), ``adapter`` sends only the LoRA tensors and the generator side
             merges them into its copy of the base weights (``torch`` generator only).
@@ -52,6 +53,7 @@ class LocalStrategy(Strategy):
     ) -> None:
         super().__init__(device)
         check_generator_name(generator)
+        check_generator_options(generator, dict(generator_options or {}))
         check_sync_mode(peft_sync, generator)
         self.staleness = Staleness(max_staleness, correction, tis_cap)
         self.generator, self.generator_options, self.peft_sync = generator, dict(generator_options or {}), peft_sync

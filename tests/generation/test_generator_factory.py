@@ -40,6 +40,39 @@ def test_unknown_generator_and_torch_options_are_config_errors(tiny_policy):
     assert generator.use_kv_decoder is False
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cpu_kernels": "false"}, "trainer.strategy.generator_options.cpu_kernels must be true or false, got 'false'"),
+        ({"static_cache": 0}, "trainer.strategy.generator_options.static_cache must be true or false, got 0"),
+        ({"compile": "yes"}, "trainer.strategy.generator_options.compile must be true, false or 'auto', got 'yes'"),
+        ({"compile_after_s": -1}, "trainer.strategy.generator_options.compile_after_s must be a number of seconds"),
+        ({"compile_after_s": "60"}, "trainer.strategy.generator_options.compile_after_s must be a number of seconds"),
+    ],
+)
+def test_torch_option_values_are_checked_when_the_strategy_is_built(tiny_policy, options, message):
+    """A string such as "false" is truthy: it must not switch a feature on, here or in a generator built later."""
+    with pytest.raises(ConfigError) as err:
+        LocalStrategy(generator_options=options)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    model, tokenizer = tiny_policy
+    with pytest.raises(ConfigError, match="generator_options"):
+        build_generator("torch", model, tokenizer, options=options)
+
+
+def test_bad_torch_option_is_one_line_and_exit_2_from_the_cli(tiny_policy_dir, tmp_path, capsys):
+    from rlforge.cli import main
+    from tests.helpers import fast_flags
+
+    flags = ["--trainer.strategy.generator_options", "{cpu_kernels: maybe}"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *fast_flags(tiny_policy_dir, tmp_path), *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "generator_options.cpu_kernels must be true or false, got 'maybe'" in err
+    assert not any(tmp_path.rglob("*.pt")), "nothing may run before the config is checked"
+
+
 @needs_no_vllm
 def test_missing_vllm_names_the_pip_command_and_the_cpu_env_script(tiny_policy):
     model, tokenizer = tiny_policy

@@ -26,6 +26,7 @@ from rlforge.strategies.monarch import placement
         ({"tis_cap": 0.5}, "tis_cap must be >= 1"),
         ({"correction": "magic"}, "correction must be 'tis' or 'ppo'"),
         ({"sync_transport": "smoke"}, "sync_transport must be one of"),
+        ({"generator": ServiceConfig(options={"cpu_kernels": "no"})}, "generator.options.cpu_kernels must be true or"),
     ],
 )
 def test_bad_values_are_one_line_config_errors(kwargs, match):

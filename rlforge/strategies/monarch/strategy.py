@@ -22,7 +22,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from rlforge.errors import ConfigError
-from rlforge.generation.factory import check_generator_name
+from rlforge.generation.factory import check_generator_name, check_generator_options
 from rlforge.models.peft import generator_weights, is_peft_model
 from rlforge.parallel import world_size
 from rlforge.services import LocalReference, RunContext, Services, Staleness
@@ -108,6 +108,7 @@ class MonarchStrategy(Strategy):
         if self.reference.procs != 1 or self.reference.num_replicas != 1:
             raise ConfigError("trainer.strategy.reference: procs and num_replicas must be 1")
         check_generator_name(self.generator.backend, "trainer.strategy.generator.backend")
+        check_generator_options(self.generator.backend, self.generator.options, "trainer.strategy.generator.options")
         self.staleness = Staleness(max_staleness, correction, tis_cap)  # checks the three fields
         if timeout_s <= 0:
             raise ConfigError(f"trainer.strategy.timeout_s must be > 0, got {timeout_s}")

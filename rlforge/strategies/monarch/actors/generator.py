@@ -48,7 +48,7 @@ class GeneratorActor(Actor):
         model = spec.build(device)  # this replica's private copy: sampled in place, or handed to vLLM once
         self.generator = build_generator(
             backend, model, tokenizer, seed, policy_version=-1, options=options, copy_weights=False,
-            field="trainer.strategy.generator.backend",
+            field="trainer.strategy.generator.backend", options_field="trainer.strategy.generator.options",
         )  # fmt: skip
         self.receiver = WeightReceiver()
 
