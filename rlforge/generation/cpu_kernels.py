@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -42,9 +43,14 @@ def load_decode_attention() -> bool:
     """Builds (first time on this machine) and loads the decode-attention kernels; whether they are usable.
 
     Returns ``False``, with one warning, when the build fails (no compiler, no ninja, read-only cache directory);
-    ``False`` silently when ``RLFORGE_CPU_KERNELS=0``.
+    ``False`` silently when ``RLFORGE_CPU_KERNELS=0``, and with an info line on a platform other than Linux.
     """
     if os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    if not sys.platform.startswith("linux"):
+        # The flags are GCC/Clang-on-Linux ones (-fopenmp against torch's libgomp); elsewhere a build would fail in
+        # every new process, so it is not tried.
+        log.info("rlforge's CPU decode-attention kernels are built on Linux only: decoding attention with torch.bmm")
         return False
     from torch.utils import cpp_extension
 

@@ -94,6 +94,20 @@ def test_env_switch_skips_the_build(monkeypatch):
     assert cpu_kernels.load_decode_attention.__wrapped__() is False
 
 
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_no_build_is_tried_off_linux(monkeypatch, caplog, platform):
+    """Apple clang and MSVC take none of the Linux flags: a build would fail again in every new process."""
+
+    def must_not_build(**kwargs):
+        raise AssertionError(f"built on {platform}")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", must_not_build)
+    monkeypatch.setattr(cpu_kernels.sys, "platform", platform)
+    with caplog.at_level(logging.INFO, logger=cpu_kernels.__name__):
+        assert cpu_kernels.load_decode_attention.__wrapped__() is False
+    assert "built on Linux only" in caplog.text
+
+
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf to list the library's NEEDED")
 def test_kernels_link_openmp():
     """Built without ``-fopenmp``, ``at::parallel_for`` (header code over OpenMP) compiles to a serial loop: the
