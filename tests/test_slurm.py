@@ -29,7 +29,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 def _env(cluster: dict[str, str], **extra: str) -> dict[str, str]:
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return {**cluster, **offline, "PYTHONPATH": str(REPO), **extra}
+    # A rank that aborts in C++ (one CI run: "terminate called without an active exception" in rank 1 after a
+    # successful run, not reproduced in 46 runs since) prints every thread's Python stack into the job output.
+    return {**cluster, **offline, "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1", **extra}
 
 
 def _steps(metrics_csv: Path) -> list[int]:
