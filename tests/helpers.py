@@ -3,8 +3,32 @@
 from __future__ import annotations
 
 import csv
+import random
+import socket
 from pathlib import Path
 from typing import Any
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range, for a server a test starts.
+
+    A port from ``bind(0)`` is an ephemeral one, and between the check and the server's own bind the kernel may hand
+    that same port to any outgoing or listening socket (one CI run: ``srun`` took the MASTER_PORT it was given for
+    its own I/O socket, and rank 0 failed with EADDRINUSE). Ports below the range are only taken by explicit binds.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    candidates = range(max(1024, low - 12000), low)
+    for port in random.sample(candidates, min(200, len(candidates))):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {candidates.start}-{candidates.stop - 1} on 127.0.0.1")
 
 
 def char_reward(prompt: str, response: str, target: str) -> float:

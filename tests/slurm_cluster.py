@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from rlforge import Callback
+from tests.helpers import free_port
 
 BINARIES = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "sinfo", "scontrol", "scancel", "munged")
 SKIP_REASON = (
@@ -44,12 +45,6 @@ def require_slurm() -> None:
         pytest.skip(SKIP_REASON)
     if os.geteuid() != 0:
         pytest.skip("the test SLURM cluster runs its daemons as root (SlurmUser=root); run the tests as root")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fast_flags, metric_rows
-from tests.slurm_cluster import free_port, slurm_cluster
+from tests.helpers import fast_flags, free_port, metric_rows
+from tests.slurm_cluster import slurm_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH_EXAMPLE = REPO / "scripts" / "slurm" / "grpo.sbatch"
@@ -44,7 +44,7 @@ def test_srun_with_two_ranks_trains_one_run(cluster, tiny_policy_dir, tmp_path):
     runs = tmp_path / "runs"
     checkpoint = "[{class_path: rlforge.ModelCheckpoint, init_args: {every_n_steps: 1}}]"
     flags = fast_flags(tiny_policy_dir, runs, trainer__max_steps=3) + ["--trainer.callbacks", checkpoint]
-    fit = shlex.join(["srun", sys.executable, "-m", "rlforge", "fit", *flags])
+    fit = shlex.join(["srun", "--kill-on-bad-exit=1", sys.executable, "-m", "rlforge", "fit", *flags])
     log = tmp_path / "job.out"
     env = _env(cluster, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     cmd = ["sbatch", "--wait", "-n", "2", f"--output={log}", "--wrap", fit]
@@ -95,6 +95,7 @@ def test_sbatch_example_is_valid_bash_and_runs_rlforge_fit():
     text = SBATCH_EXAMPLE.read_text()
     srun = [line for line in text.splitlines() if line.strip().startswith("srun ")]
     assert len(srun) == 1 and re.match(r"srun (.* )?rlforge fit ", srun[0].strip()), srun
+    assert "--kill-on-bad-exit=1" in srun[0]  # one failed rank ends the job, not the rendezvous timeout
     directives = dict(re.findall(r"^#SBATCH --([\w-]+)=?(\S*)", text, re.MULTILINE))
     assert directives["nodes"] == "2" and directives["ntasks-per-node"] == "8"
     assert directives["gpus-per-task"] == "1"  # a rank's vLLM engine takes the first GPU it sees

@@ -6,7 +6,6 @@ import contextlib
 import copy
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import torch
 import rlforge
 from rlforge.envs import LocalEnvRunner, OpenEnvEnvironment
 from rlforge.errors import ConfigError, MissingDependencyError
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("openenv") is None, reason="openenv is not importable (`pip install 'rlforge[openenv]'`)"
@@ -31,12 +31,6 @@ TARGET_ENV = "tests.envs.openenv_target_env"
 START_TIMEOUT_S = 90.0  # the server imports openenv (gradio included): ~10 s alone, more on a loaded machine
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve(max_sessions: int = 32) -> Iterator[tuple[str, subprocess.Popen]]:
     """Serves the target environment with uvicorn on a free port; always stops it.
@@ -44,7 +38,7 @@ def serve(max_sessions: int = 32) -> Iterator[tuple[str, subprocess.Popen]]:
     The server's log goes to a file, not a pipe: nobody reads a pipe during the test, and a full one blocks the
     server (OpenEnv logs a traceback for every client that disconnects first).
     """
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TARGET_ENV_MAX_SESSIONS": str(max_sessions)}
     cmd = [sys.executable, "-m", "uvicorn", f"{TARGET_ENV}:app", "--host", "127.0.0.1", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
@@ -164,7 +158,7 @@ def test_missing_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_unreachable_server_fails_each_episode_at_reset() -> None:
     """No server: every episode ends at reset with an error naming the URL (counted in env/errors)."""
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     runner = LocalEnvRunner(OpenEnvEnvironment(base_url=url, action_field="text", timeout_s=10))
     starts = runner.reset([0, 1], [{}, {}], [0, 0])
     for start in starts:

@@ -6,7 +6,6 @@ Build the env with `bash scripts/make_titan_env.sh`, run with `bash scripts/test
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ pytest.importorskip(
 
 from rlforge.models import load_policy  # noqa: E402
 from rlforge.models.titan_policy import TitanPolicy  # noqa: E402
+from tests.helpers import free_port  # noqa: E402
 
 WORLD = 2
 
@@ -61,16 +61,10 @@ def _batch(vocab_size: int) -> torch.Tensor:
     return (torch.arange(2, 34).reshape(2, 16) * 7) % vocab_size
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("tp", [1, 2])  # FSDP 2, or tensor parallel 2 (x DP 1)
 def test_fsdp2_step_matches_single_process(tiny_policy_dir, tmp_path, tp):
     out = tmp_path / "rank0.pt"
-    torch.multiprocessing.spawn(_worker, args=(tiny_policy_dir, _free_port(), str(out), tp), nprocs=WORLD)
+    torch.multiprocessing.spawn(_worker, args=(tiny_policy_dir, free_port(), str(out), tp), nprocs=WORLD)
     result = torch.load(out)
     assert result["param_type"] == "DTensor"  # parameters really are sharded
     # Each rank holds about half of the parameters (TP replicates the norms, the rest is split).

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,12 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 # division, data split or a lost optimizer state moves weights by ~1e-3 (and the grad norms by a factor).
 OPTIMIZER = "{class_path: torch.optim.AdamW, init_args: {lr: 1.0e-3, eps: 1.0e-6}}"
 WEIGHT_TOL = 1e-5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env() -> dict[str, str]:

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 from rlforge.losses.aggregation import AGGREGATION_MODES, aggregate
 from rlforge.parallel.loss_scale import rank_loss_scale
 from rlforge.trainer.step_metrics import StepMetrics
-from tests.parallel.dp_helpers import free_port
+from tests.helpers import free_port
 
 WORLD = 2
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import fast_flags
-from tests.parallel.dp_helpers import REPO, env, fit, free_port
+from tests.helpers import fast_flags, free_port
+from tests.parallel.dp_helpers import REPO, env, fit
 
 
 def _error_lines(stderr: str) -> list[str]:

@@ -194,10 +194,13 @@ def test_a_function_named_by_class_path_is_never_called(tmp_path):
 
 
 def test_any_typed_fields_keep_class_path_dicts_as_data():
+    """The dict reaches the strategy as data (whose option check then names it), never as an ``OrderedDict()``."""
     parser = build_parser()
-    options = '{"x": {"class_path": "collections.OrderedDict"}}'
-    init = parser.instantiate(parser.parse_args(["fit", "--trainer.strategy.generator_options", options])).fit
-    assert init.trainer.strategy.generator_options == {"x": {"class_path": "collections.OrderedDict"}}
+    options = '{"compile": {"class_path": "collections.OrderedDict"}}'
+    config = parser.parse_args(["fit", "--trainer.strategy.generator_options", options])
+    expected = r"generator_options.compile must be true, false or 'auto', got \{'class_path': 'collections.Ordered"
+    with pytest.raises(ConfigError, match=expected):
+        parser.instantiate(config)
 
 
 # ---------------------------------------------------------------- case 15: one-line errors naming the user's field
