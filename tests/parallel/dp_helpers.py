@@ -32,6 +32,8 @@ def env() -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
+        # A rank that aborts in C++ prints every thread's Python stack (see tests/test_slurm.py's _env).
+        "PYTHONFAULTHANDLER": "1",
     }
 
 
