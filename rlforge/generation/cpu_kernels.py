@@ -10,7 +10,7 @@ memory, at 1.5-3x ``torch.bmm``'s rate (``benchmarks/README.md``):
 
 They are registered with the dispatcher and with fake (meta) implementations, so a ``torch.compile``'d decode
 step calls them as opaque ops in one graph. The build uses ``torch.utils.cpp_extension`` (a C++ compiler and
-ninja) once per machine and torch CPU capability (cached under ``TORCH_EXTENSIONS_DIR``, by default
+ninja) once per machine, torch install and CPU capability (cached under ``TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``, ~5 s on 2 cores); when it fails, decoding keeps ``torch.bmm`` and says so once.
 ``RLFORGE_CPU_KERNELS=0`` (or ``TorchGenerator(cpu_kernels=False)``) skips them.
 """
@@ -18,6 +18,7 @@ ninja) once per machine and torch CPU capability (cached under ``TORCH_EXTENSION
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import sys
@@ -36,6 +37,17 @@ _ISA_FLAGS = {
     "AVX2": ["-mavx2", "-mfma"],
 }
 ENV_SWITCH = "RLFORGE_CPU_KERNELS"
+
+
+def extension_name(capability: str, torch_version: str, torch_dir: Path) -> str:
+    """The build's name (and folder under the extensions directory): one per CPU capability and torch install.
+
+    cpp_extension's ``build.ninja`` names the include paths of the torch that builds it, so two environments
+    sharing ``~/.cache/torch_extensions`` under one name would rebuild over each other at every switch, relinking
+    the library while the other environment's processes load it, or load one built against another torch.
+    """
+    tag = hashlib.sha1(f"{torch_version}|{torch_dir.resolve()}".encode()).hexdigest()[:10]
+    return f"rlforge_decode_attention_{capability.lower()}_{tag}"
 
 
 @functools.cache
@@ -58,7 +70,7 @@ def load_decode_attention() -> bool:
     start = time.perf_counter()
     try:
         cpp_extension.load(
-            name=f"rlforge_decode_attention_{capability.lower()}",
+            name=extension_name(capability, torch.__version__, Path(torch.__file__).parent),
             sources=[str(SOURCE)],
             # -fopenmp: at::parallel_for is header code over OpenMP, serial without it. libgomp.so.1 resolves to
             # the copy torch already loaded (same soname), so there is one thread pool, as for inductor's kernels.

@@ -118,3 +118,15 @@ def test_kernels_link_openmp():
     dynamic = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
     needed = [line for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert any(name in line for line in needed for name in ("libgomp", "libiomp", "libomp")), needed
+
+
+def test_each_torch_install_builds_under_its_own_name(tmp_path):
+    """Two environments share ~/.cache/torch_extensions: under one name each would rebuild the other's library (its
+    build.ninja names that torch's include paths), relinking it while the other's processes load it."""
+    name = cpu_kernels.extension_name
+    here = name("AVX512", "2.13.0+cpu", tmp_path / "venv_a" / "torch")
+    assert here == name("AVX512", "2.13.0+cpu", tmp_path / "venv_a" / "torch")
+    assert here.startswith("rlforge_decode_attention_avx512_")
+    assert here != name("AVX512", "2.13.0+cpu", tmp_path / "venv_b" / "torch")
+    assert here != name("AVX512", "2.14.0+cpu", tmp_path / "venv_a" / "torch")
+    assert here != name("AVX2", "2.13.0+cpu", tmp_path / "venv_a" / "torch")
