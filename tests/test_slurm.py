@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -101,3 +102,10 @@ def test_sbatch_example_is_valid_bash_and_runs_rlforge_fit():
     assert directives["gpus-per-task"] == "1"  # a rank's vLLM engine takes the first GPU it sees
     assert {"cpus-per-task", "time"} <= set(directives)
     assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
+    # MASTER_PORT stays below Linux's ephemeral range (32768+), where srun's own sockets could take it first.
+    (port_line,) = [line for line in text.splitlines() if line.startswith("export MASTER_PORT=")]
+    for job_id in (1, 12345, 19999, 31999, 987654321):
+        env = {"PATH": os.defpath, "SLURM_JOB_ID": str(job_id)}
+        cmd = ["bash", "-c", f"{port_line}; echo $MASTER_PORT"]
+        port = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+        assert 1024 <= int(port.stdout) < 32768, (job_id, port.stdout, port.stderr)

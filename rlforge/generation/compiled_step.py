@@ -22,7 +22,10 @@ from rlforge.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-COMPILE_CHOICES = (True, False, "auto")
+
+def is_compile_mode(value: object) -> bool:
+    """Whether ``value`` is a ``compile`` setting: ``True``, ``False`` or ``"auto"`` (not ``1`` or ``"true"``)."""
+    return isinstance(value, bool) or value == "auto"
 
 
 class CompiledStep:
@@ -48,7 +51,7 @@ class CompiledStep:
         name: str = "the decode step",
         options: dict[str, Any] | None = None,
     ) -> None:
-        if compile not in COMPILE_CHOICES:
+        if not is_compile_mode(compile):
             raise ConfigError(f"generator compile must be true, false or 'auto', got {compile!r}")
         self.fn = fn
         self.mode = compile

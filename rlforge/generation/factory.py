@@ -11,6 +11,7 @@ from torch import nn
 
 from rlforge.errors import ConfigError
 from rlforge.generation.base import Generator
+from rlforge.generation.compiled_step import is_compile_mode
 from rlforge.generation.params import SamplingParams
 from rlforge.generation.torch_generator import TorchGenerator
 from rlforge.imports import require
@@ -31,7 +32,7 @@ def _is_seconds(value: Any) -> bool:
 
 TORCH_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "static_cache": (_is_bool, "true or false"),
-    "compile": (lambda v: _is_bool(v) or v == "auto", "true, false or 'auto'"),
+    "compile": (is_compile_mode, "true, false or 'auto'"),
     "compile_after_s": (_is_seconds, "a number of seconds >= 0"),
     "cpu_kernels": (_is_bool, "true or false"),
 }

@@ -53,10 +53,11 @@ class LocalStrategy(Strategy):
     ) -> None:
         super().__init__(device)
         check_generator_name(generator)
-        check_generator_options(generator, dict(generator_options or {}))
+        self.generator_options = dict(generator_options or {})
+        check_generator_options(generator, self.generator_options)
         check_sync_mode(peft_sync, generator)
         self.staleness = Staleness(max_staleness, correction, tis_cap)
-        self.generator, self.generator_options, self.peft_sync = generator, dict(generator_options or {}), peft_sync
+        self.generator, self.peft_sync = generator, peft_sync
 
     def build(self, ctx: RunContext, module: rlforge.RLModule) -> Services:
         services, rollouts = self.place(ctx, module)

@@ -60,19 +60,6 @@ def test_torch_option_values_are_checked_when_the_strategy_is_built(tiny_policy,
         build_generator("torch", model, tokenizer, options=options)
 
 
-def test_bad_torch_option_is_one_line_and_exit_2_from_the_cli(tiny_policy_dir, tmp_path, capsys):
-    from rlforge.cli import main
-    from tests.helpers import fast_flags
-
-    flags = ["--trainer.strategy.generator_options", "{cpu_kernels: maybe}"]
-    with pytest.raises(SystemExit) as exit_:
-        main(["fit", *fast_flags(tiny_policy_dir, tmp_path), *flags])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert "generator_options.cpu_kernels must be true or false, got 'maybe'" in err
-    assert not any(tmp_path.rglob("*.pt")), "nothing may run before the config is checked"
-
-
 @needs_no_vllm
 def test_missing_vllm_names_the_pip_command_and_the_cpu_env_script(tiny_policy):
     model, tokenizer = tiny_policy

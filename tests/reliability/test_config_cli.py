@@ -213,6 +213,9 @@ def test_any_typed_fields_keep_class_path_dicts_as_data():
         (["--module.max_reward_error_frac", "2"], "module.max_reward_error_frac"),
         (["--module.sampling.temperature", "-1"], "module.sampling.temperature"),
         (["--module.val_sampling.top_p", "2"], "module.val_sampling.top_p"),
+        # a string such as "false" switched the option on (truthy) before TorchGenerator's options were checked
+        (["--trainer.strategy.generator_options", "{cpu_kernels: maybe}"], "trainer.strategy.generator_options"),
+        (["--trainer.strategy.generator_options", "{compile_after_s: -1}"], "trainer.strategy.generator_options"),
     ],
 )
 def test_bad_values_name_the_user_field_before_any_run_folder(flags, field, tmp_path):
