@@ -33,17 +33,19 @@ from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_grpo_step, run as a script or imported
 from bench_grpo_step import build_rlforge, random_policy, time_pair  # noqa: E402
 
+from rlforge.generation.linear import linear, padded_rows  # noqa: E402
 from rlforge.models import load_policy  # noqa: E402
 
 TARGET = 3.0
-WEIGHT_GEMMS = {"mm", "addmm"}  # projections and LM head
+WEIGHT_GEMMS = {"mm", "addmm", "_linear_pointwise", "onednn_linear", "onednn_linear_add"}  # projections, LM head
 ATTENTION_MATMULS = {"bmm", "baddbmm"}  # the decode step's attention over its cache (training runs SDPA)
 
 
 def matmul_kind(name: str) -> str | None:
     """``"weight GEMMs"``, ``"attention"`` or ``None`` for an op named as ``FlopCounterMode`` names it (``mm``) or
     as the profiler does (``aten::mm``; ``aoti_torch_cpu_mm_out`` from an inductor graph's C++ wrapper: the decode)."""
-    op = name.removeprefix("aten::").removeprefix("aoti_torch_cpu_").removesuffix("_out")
+    # oneDNN's GEMMs (``rlforge.generation.linear``): ``mkldnn::_linear_pointwise``, ``rlforge::onednn_linear``.
+    op = name.split("::")[-1].split(".")[0].removeprefix("aoti_torch_cpu_").removesuffix("_out")
     if op in WEIGHT_GEMMS:
         return "weight GEMMs"
     if op in ATTENTION_MATMULS or "scaled_dot_product" in op:
@@ -74,12 +76,16 @@ def register_cpu_attention_flops() -> None:
 
 def step_flops(policy: str, seed: int, warmup: int, steps: int) -> list[dict[str, float]]:
     """Matmul FLOPs of each timed step of an eager trainer with ``seed``: ``gemm`` (the weights'), ``attention``, and
-    ``tokens`` (response tokens)."""
+    ``tokens`` (response tokens).
+
+    The projections run through ``torch.mm`` here (oneDNN off), whose FLOPs ``FlopCounterMode`` knows: the same
+    products as the oneDNN ones the timed steps run.
+    """
     trainer = build_rlforge(policy, seed)
     out = []
     for i in range(warmup + steps):
         counter = FlopCounterMode(display=False)
-        with counter:
+        with counter, torch.backends.mkldnn.flags(enabled=False):
             trainer.run_step()
         counts = counter.get_flop_counts()["Global"]
         gemm = sum(n for op, n in counts.items() if matmul_kind(op.__name__) == "weight GEMMs")
@@ -91,22 +97,30 @@ def step_flops(policy: str, seed: int, warmup: int, steps: int) -> list[dict[str
 
 
 def best_gemm_rate(policy: str, rows: int, repeats: int = 20) -> tuple[float, str]:
-    """The highest fp32 ``torch.mm`` GFLOP/s over the policy's projection shapes at ``rows`` (training) and 64
-    (decode) rows, with the shape that reached it."""
+    """The highest fp32 GFLOP/s of ``torch.mm`` and of oneDNN's linear over the policy's projection shapes at
+    ``rows`` (training) and 64 (decode) rows, with the library and shape that reached it."""
     config = load_policy(policy)[0].config
     hidden, inner = config.hidden_size, config.intermediate_size
     best, where = 0.0, ""
+    rows = padded_rows(rows)  # oneDNN runs bucketed row counts only (the packed stream is padded to one)
     for m, k, n in [(rows, hidden, inner), (rows, inner, hidden), (rows, hidden, hidden), (64, hidden, inner)]:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        rate = 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
-        if rate > best:
-            best, where = rate, f"[{m}, {k}] x [{k}, {n}]"
+        a, weight = torch.randn(m, k), torch.randn(n, k)
+        for library, product in [("torch.mm", torch.mm), ("oneDNN", linear)]:
+            rate = _gemm_rate(product, a, weight if product is linear else weight.t().contiguous(), repeats)
+            if rate > best:
+                best, where = rate, f"{library}, [{m}, {k}] x [{k}, {n}]"
     return best, where
+
+
+def _gemm_rate(product, a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
+    """GFLOP/s of ``product(a, b)``, a ``[m, k]`` by ``[k, n]`` product (``b`` as ``product`` takes it)."""
+    for _ in range(3):
+        product(a, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        product(a, b)
+    m, k = a.shape
+    return 2 * m * k * b.numel() // k * repeats / (time.perf_counter() - start) / 1e9
 
 
 def categorise(name: str) -> str | None:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlforge.generation.cpu_kernels import load_decode_attention
+from rlforge.generation.linear import ROW_ALIGN, linear, linear_add, onednn_active
 
 _FAMILY = {"llama", "qwen2", "qwen3", "mistral"}
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn"}  # rope types whose tables do not depend on the length
@@ -63,8 +64,14 @@ def _linear_add(residual: torch.Tensor, x: torch.Tensor, proj: nn.Linear) -> tor
     Under a bf16 autocast the sum stays unfused: ``addmm`` would round the fp32 residual stream to bf16.
     """
     if proj.bias is None and not low_precision(residual):
-        return torch.addmm(residual, x, proj.weight.t())
-    return residual + F.linear(x, proj.weight, proj.bias)
+        return linear_add(residual, x, proj.weight)
+    return residual + linear(x, proj.weight, proj.bias)
+
+
+def lm_head(model: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """``model.lm_head(h)``, through ``linear`` when the head is a plain ``nn.Linear``."""
+    head = model.lm_head
+    return linear(h, head.weight, head.bias) if type(head) is nn.Linear else head(h)
 
 
 @dataclass(frozen=True)
@@ -81,16 +88,36 @@ class Heads:
         return cls(n, config.num_key_value_heads or n, getattr(config, "head_dim", None) or config.hidden_size // n)
 
 
+def stacked_qkv(attn: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The q, k and v projections' weights (and biases, zeros for a missing one) stacked into one's (copies)."""
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    weight = torch.cat([p.weight for p in projections])
+    if all(p.bias is None for p in projections):
+        return weight, None
+    return weight, torch.cat([p.weight.new_zeros(p.out_features) if p.bias is None else p.bias for p in projections])
+
+
 def project_qkv(
-    attn: nn.Module, h: torch.Tensor, heads: Heads, h_query: torch.Tensor | None = None
+    attn: nn.Module,
+    h: torch.Tensor,
+    heads: Heads,
+    h_query: torch.Tensor | None = None,
+    stacked: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Queries ``[..., H, D]``, keys and values ``[..., H_kv, D]`` of the normed hidden states ``h`` ``[..., hidden]``
-    (Qwen3's per-head q/k norms applied; no RoPE). Queries come from ``h_query`` instead when given."""
+    (Qwen3's per-head q/k norms applied; no RoPE). Queries come from ``h_query`` instead when given; ``stacked``
+    (``stacked_qkv(attn)``, current with the weights) runs the three projections as one product."""
     shape = h.shape[:-1]
-    h_query = h if h_query is None else h_query
-    q = F.linear(h_query, attn.q_proj.weight, attn.q_proj.bias).view(*h_query.shape[:-1], heads.n, heads.dim)
-    k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(*shape, heads.n_kv, heads.dim)
-    v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(*shape, heads.n_kv, heads.dim)
+    if stacked is not None and h_query is None:
+        sizes = [heads.n * heads.dim, heads.n_kv * heads.dim, heads.n_kv * heads.dim]
+        q, k, v = linear(h, *stacked).split(sizes, dim=-1)
+        q = q.unflatten(-1, (heads.n, heads.dim))
+        k, v = k.unflatten(-1, (heads.n_kv, heads.dim)), v.unflatten(-1, (heads.n_kv, heads.dim))
+    else:
+        h_query = h if h_query is None else h_query
+        q = linear(h_query, attn.q_proj.weight, attn.q_proj.bias).view(*h_query.shape[:-1], heads.n, heads.dim)
+        k = linear(h, attn.k_proj.weight, attn.k_proj.bias).view(*shape, heads.n_kv, heads.dim)
+        v = linear(h, attn.v_proj.weight, attn.v_proj.bias).view(*shape, heads.n_kv, heads.dim)
     # Under a bf16 autocast the projections come out bf16: back to h's dtype, so the q/k norms, RoPE and the
     # attention layout copies (padding, key concatenation) run in fp32, as attention itself does on CPU.
     q, k, v = q.to(h.dtype), k.to(h.dtype), v.to(h.dtype)
@@ -121,20 +148,31 @@ def mlp_residual(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     mlp = layer.mlp
     h = _rms_norm(x, layer.post_attention_layernorm)
     gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
-    h = mlp.act_fn(F.linear(h, gate.weight, gate.bias)) * F.linear(h, up.weight, up.bias)
-    return _linear_add(x, h, down) if x.dim() == 2 else x + F.linear(h, down.weight, down.bias)
+    h = mlp.act_fn(linear(h, gate.weight, gate.bias)) * linear(h, up.weight, up.bias)
+    return _linear_add(x, h, down) if x.dim() == 2 else x + linear(h, down.weight, down.bias)
 
 
 def prompt_layer(
-    layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, heads: Heads
+    layer: nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor,
+    heads: Heads,
+    aligned: bool = False,
 ) -> LayerOut:
     """One decoder layer over left-padded prompts ``x`` ``[P, W, hidden]`` (differentiable).
+
+    ``aligned``: ``P x W`` is a multiple of ``linear.ROW_ALIGN``, asserted so that a compiled graph's symbolic sizes
+    prove it and its projections run through oneDNN (``generation/linear.py``).
 
     Returns:
         The layer's output ``[P, W, hidden]`` and its RoPE'd keys and values ``[P, H_kv, W, D]``.
     """
     attn = layer.self_attn
     b, t, _ = x.shape
+    if aligned:
+        torch._check(b * t % ROW_ALIGN == 0)
     q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
     q, k, v = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
     out = attention(q, k, v, mask, attn.scaling)
@@ -229,6 +267,9 @@ class KVDecoder:
         self.valid: torch.Tensor | None = None  # [B, L] bool: key positions a query may attend to
         self.bias: torch.Tensor | None = None  # [B, L] fp: 0 where valid, -inf elsewhere (decode mask)
         self.cos = self.sin = self.signed_sin = self.columns = None
+        # Per layer, the q/k/v projections stacked into one (weight, bias), rebuilt by every prefill (decode steps
+        # then run one product for three: the k/v ones alone are too small for oneDNN); empty where oneDNN is off.
+        self.qkv: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 
     @staticmethod
     def supports(model: nn.Module, total_len: int) -> bool:
@@ -292,6 +333,9 @@ class KVDecoder:
         valid = attention_mask.bool()
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         mask = prompt_mask(attention_mask)
+        self.qkv = (
+            [stacked_qkv(layer.self_attn) for layer in inner.layers] if onednn_active(device, param.dtype) else []
+        )
         x = inner.embed_tokens(input_ids)
         cos_p, sin_p = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [P, 1, W, D]
         last = len(inner.layers) - 1
@@ -299,7 +343,7 @@ class KVDecoder:
             # The last layer runs eagerly: a second compiled graph for one call per generate would not pay.
             layer_fn = last_prompt_layer if i == last else self.layer_fn
             x = self._prefill_layer(i, layer, x, cos_p, sin_p, mask, layer_fn)
-        logits = self.model.lm_head(_rms_norm(x[:, -1], inner.norm)).float()
+        logits = lm_head(self.model, _rms_norm(x[:, -1], inner.norm)).float()
         # Broadcast each prompt's cache to its rows (index_select copies first, so rows may overlap prompts),
         # unless every row samples its own prompt in order (n = 1), where the cache already is in place.
         if batch != n_prompts or not bool((rows == torch.arange(batch, device=device)).all()):
@@ -357,7 +401,8 @@ class KVDecoder:
         at = column.view(1)
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
-            q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)
+            stacked = self.qkv[i] if self.qkv else None
+            q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads, stacked=stacked)
             q, k = _rotate_signed(q, cos, sin), _rotate_signed(k, cos, sin)
             self.keys[i].index_copy_(3, at, k[..., None])
             self.values[i].index_copy_(2, at, v[:, :, None])
@@ -366,9 +411,9 @@ class KVDecoder:
             q = q.view(b * n_kv, group, d)
             out = decode_attention(q, keys_t, values, bias, attn.scaling, self.native_attention).view(b, -1)
             x = mlp_residual(layer, _linear_add(x, out, attn.o_proj))
-        return self.model.lm_head(_rms_norm(x, inner.norm)).float()
+        return lm_head(self.model, _rms_norm(x, inner.norm)).float()
 
     def release(self) -> None:
-        """Frees the cache buffers."""
-        self.keys, self.values, self.valid, self.bias = [], [], None, None
+        """Frees the cache buffers and the stacked projections."""
+        self.keys, self.values, self.valid, self.bias, self.qkv = [], [], None, None, []
         self.cos = self.sin = self.signed_sin = self.columns = None

@@ -21,6 +21,7 @@ A compile error falls back to eager with one warning (``CompiledStep``).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rlforge.generation.compiled_step import CompiledStep
@@ -32,12 +33,14 @@ from rlforge.generation.decoder import (
     _rotate,
     attention,
     last_prompt_layer,
+    lm_head,
     mlp_residual,
     project_qkv,
     prompt_layer,
     prompt_mask,
     rope_table,
 )
+from rlforge.generation.linear import ROW_ALIGN, onednn_active, padded_rows
 
 
 def supports_packed(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> bool:
@@ -92,12 +95,16 @@ def packed_response_logits(
     valid = attention_mask[:, width:].bool()  # [B, T]: the response tokens
     feeds = valid[:, 1:]  # [B, T - 1]: response tokens fed to predict the next one
     fed = feeds.reshape(-1).nonzero().squeeze(-1)  # their flat indices into [B * (T - 1)]
+    fed, aligned = _pad_stream(fed, feeds, inner.embed_tokens.weight)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     cos, sin = rope_table(model, int(positions.max()) + 1, device)
 
     # Distinct prompts: padded, [N_p, W].
     prompt_ids, prompt_valid = input_ids[first, :width], attention_mask[first, :width]
     prompt_pos = positions[first, :width]
+    if extra := _prompt_padding(first.numel(), width, inner.embed_tokens.weight):  # more left padding
+        prompt_ids = F.pad(prompt_ids, (extra, 0), value=int(input_ids[0, 0]))  # any token: masked out
+        prompt_valid, prompt_pos = F.pad(prompt_valid, (extra, 0)), F.pad(prompt_pos, (extra, 0))
     x_prompt = inner.embed_tokens(prompt_ids)
     cos_p, sin_p = cos[prompt_pos].unsqueeze(1), sin[prompt_pos].unsqueeze(1)
     mask_prompt = prompt_mask(prompt_valid)
@@ -113,17 +120,46 @@ def packed_response_logits(
     for i, layer in enumerate(inner.layers):
         # Past its keys and values, the prompt's last layer only feeds the prompt's last position (eager: a third
         # compiled function would cost another graph for one small call per step).
-        prompt_fn = last_prompt_layer if i == last else run_prompt
-        x_prompt, k_prompt, v_prompt = prompt_fn(layer, x_prompt, cos_p, sin_p, mask_prompt, heads)
+        if i == last:
+            x_prompt, k_prompt, v_prompt = last_prompt_layer(layer, x_prompt, cos_p, sin_p, mask_prompt, heads)
+        else:
+            x_prompt, k_prompt, v_prompt = run_prompt(layer, x_prompt, cos_p, sin_p, mask_prompt, heads, bool(extra))
         if fed.numel():  # else every response has at most one token: its prompt predicts it
-            x = run_response(layer, x, k_prompt, v_prompt, inverse, cos_n, sin_n, attend, pad, heads)
+            x = run_response(layer, x, k_prompt, v_prompt, inverse, cos_n, sin_n, attend, pad, heads, aligned)
 
     # Row i's first token is predicted by its prompt's last position, token j > 0 by fed token j - 1.
     tail = torch.zeros(feeds.numel(), dtype=torch.long, device=device)
     tail[fed] = torch.arange(batch, batch + fed.numel(), device=device)
     source = torch.cat([torch.arange(batch, device=device)[:, None], tail.view(feeds.shape)], dim=1)
     hidden = torch.cat([x_prompt[:, -1].index_select(0, inverse), x]).index_select(0, source[valid])
-    return model.lm_head(_rms_norm(hidden, inner.norm)).float(), valid
+    rows = hidden.shape[0]
+    if onednn_active(hidden.device, hidden.dtype):  # a bucketed row count for oneDNN (generation/linear.py)
+        hidden = F.pad(hidden, (0, 0, 0, padded_rows(rows) - rows))
+    return lm_head(model, _rms_norm(hidden, inner.norm))[:rows].float(), valid
+
+
+def _prompt_padding(prompts: int, width: int, weight: torch.Tensor) -> int:
+    """Columns of left padding (0-15) that make the prompt pass's ``prompts x width`` rows a ``padded_rows`` bucket
+    where oneDNN would run its products (``generation/linear.py``); 0 when none of them does."""
+    if not onednn_active(weight.device, weight.dtype):
+        return 0
+    return next((e for e in range(ROW_ALIGN) if prompts * (width + e) == padded_rows(prompts * (width + e))), 0)
+
+
+def _pad_stream(fed: torch.Tensor, feeds: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``fed`` grown to ``padded_rows`` slots with unfed ones where oneDNN would run the stream's products, so they
+    see a bucketed row count (``generation/linear.py``), and whether it was.
+
+    An unfed slot (past its row's response) is masked out of every real token's keys (``_response_mask`` reads
+    ``feeds``) and feeds no logit, so the extra rows change nothing but the work: at most ~6% more.
+    """
+    if not onednn_active(weight.device, weight.dtype) or not fed.numel():
+        return fed, False
+    extra = padded_rows(fed.numel()) - fed.numel()
+    free = (~feeds).reshape(-1).nonzero().squeeze(-1)
+    if extra > free.numel():  # the grid is nearly full: no room for the bucket
+        return fed, False
+    return torch.cat([fed, free[:extra]]).sort().values, True
 
 
 class _Padder:
@@ -167,8 +203,11 @@ def _response_layer(
     attend: torch.Tensor,
     pad: _Padder,
     heads: Heads,
+    aligned: bool = False,
 ) -> torch.Tensor:
-    """One decoder layer on the packed response stream ``x`` ``[N, hidden]``."""
+    """One decoder layer on the packed response stream ``x`` ``[N, hidden]`` (``aligned``: ``N`` is a bucket)."""
+    if aligned:  # lets a compiled graph's symbolic N prove its alignment to linear()
+        torch._check(x.shape[0] % ROW_ALIGN == 0)
     attn = layer.self_attn
     q, k, v = project_qkv(attn, _rms_norm(x, layer.input_layernorm), heads)  # [N, H(_kv), D]
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)

@@ -6,8 +6,11 @@ import copy
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from rlforge.data import collate_episodes
+from rlforge.generation import linear as linear_mod
+from rlforge.generation.linear import padded_rows
 from rlforge.models import compute_logprobs
 from rlforge.models import packed as packed_mod
 from rlforge.models.packed import supports_packed
@@ -123,3 +126,49 @@ def test_unsupported_layouts_and_models_fall_back(tiny_policy, spy):
     ours = _run(model, batch, 1.0)
     assert not spy
     _assert_close(ours, reference, batch.attention_mask[:, batch.prompt_len :].bool(), packed=False)
+
+
+@pytest.mark.skipif(not linear_mod._ONEDNN, reason="oneDNN projections run on x86-64 CPUs only")
+def test_packed_stream_padded_to_a_bucket_runs_onednn_and_matches_hf(tiny_policy, monkeypatch):
+    """A batch big enough for oneDNN: the stream grows to a ``padded_rows`` bucket with unfed slots, every
+    projection's row count is a bucket, and values and gradients still match the fp64 HF forward."""
+    model, tokenizer = tiny_policy
+    padded = []
+    original = packed_mod._pad_stream
+
+    def recorded(fed, feeds, weight):
+        out = original(fed, feeds, weight)
+        padded.append((fed.numel(), out[0].numel(), out[1]))
+        return out
+
+    monkeypatch.setattr(packed_mod, "_pad_stream", recorded)
+    batch = _batch(tokenizer, [[60, 41, 60, 9, 60, 60, 33, 60]] * 3, seed=2)
+    mask = batch.attention_mask[:, batch.prompt_len :].bool()
+    reference = _run(fp64_copy(model), batch, 1.0, share_prompts=False)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ours = _run(model, batch, 1.0)
+    _assert_close(ours, reference, mask)
+    ((real, grown, aligned),) = padded
+    assert aligned and grown == padded_rows(real) > real
+    assert any("_linear_pointwise" in event.key for event in prof.key_averages())
+
+
+def test_stream_without_room_for_its_bucket_stays_as_is():
+    feeds = torch.ones(3, 7, dtype=torch.bool)
+    feeds[0, 6] = False  # 20 fed slots, bucket 32: one free slot is not enough
+    fed = feeds.reshape(-1).nonzero().squeeze(-1)
+    weight = torch.zeros(4, 4)
+    out, aligned = packed_mod._pad_stream(fed, feeds, weight)
+    assert torch.equal(out, fed) and not aligned
+    with torch.backends.mkldnn.flags(enabled=False):  # nothing pads where oneDNN does not run
+        out, aligned = packed_mod._pad_stream(fed[:-6], feeds, weight)
+    assert torch.equal(out, fed[:-6]) and not aligned
+
+
+def test_prompt_pass_left_padded_to_a_bucket():
+    weight = torch.zeros(4, 4)
+    assert packed_mod._prompt_padding(8, 15, weight) == 1  # 8 x 16 = 128 rows
+    assert packed_mod._prompt_padding(3, 7, weight) == 9  # 3 x 16 = 48
+    assert packed_mod._prompt_padding(4, 32, weight) == 0  # already one
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert packed_mod._prompt_padding(8, 15, weight) == 0

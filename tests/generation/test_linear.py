@@ -1,0 +1,141 @@
+"""``rlforge.generation.linear``: oneDNN projections match a float64 reference in value and in all gradients, eager
+and compiled, actually run oneDNN where they claim to, and hand everything else to ``F.linear``/``torch.addmm``."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from rlforge.generation import linear as linear_module
+from rlforge.generation.linear import MIN_MACS, ROW_ALIGN, linear, linear_add, padded_rows, uses_onednn
+
+onednn_here = pytest.mark.skipif(not linear_module._ONEDNN, reason="oneDNN projections run on x86-64 CPUs only")
+
+
+def _values_and_grads(fn, *tensors: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    """``fn``'s output and the gradients of every input for one fixed upstream gradient, inputs cast to ``dtype``."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in tensors]
+    out = fn(*leaves)
+    upstream = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    out.backward(upstream.to(dtype))
+    return [out.detach().double(), *(leaf.grad.double() for leaf in leaves)]
+
+
+def _assert_fp32_accurate(got: list, want: list, torch_fp32: list, names: list[str]) -> None:
+    """Each of ``got`` is as close to the float64 ``want`` as torch's own fp32 op (``torch_fp32``) is, within 4x:
+    long reductions (a weight gradient sums over every row) round in fp32 whichever library runs them."""
+    for name, g, w, t in zip(names, got, want, torch_fp32, strict=False):
+        scale = w.abs().max().item()
+        assert (g - w).abs().max() <= 4 * (t - w).abs().max() + 1e-6 * scale, name
+
+
+def _ops_run(fn) -> set[str]:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {event.key for event in prof.key_averages()}
+
+
+@onednn_here
+@pytest.mark.parametrize("rows", [1024, 2048])  # buckets, also times 3
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("leading", [(), (3,)])
+@pytest.mark.parametrize("out_features", [80, 30])  # wider and narrower than the input: both weight-gradient orders
+def test_linear_matches_float64_in_value_and_gradients(rows, bias, leading, out_features):
+    torch.manual_seed(rows)
+    x, weight = torch.randn(*leading, rows, 48), torch.randn(out_features, 48)
+    inputs = (x, weight, torch.randn(out_features)) if bias else (x, weight)
+    assert uses_onednn(x, weight)
+    got = _values_and_grads(linear, *inputs, dtype=torch.float32)
+    want = _values_and_grads(F.linear, *inputs, dtype=torch.float64)
+    torch_fp32 = _values_and_grads(F.linear, *inputs, dtype=torch.float32)
+    _assert_fp32_accurate(got, want, torch_fp32, ["out", "grad x", "grad weight", "grad bias"])
+    assert any("_linear_pointwise" in op for op in _ops_run(lambda: linear(x, weight)))
+
+
+@onednn_here
+def test_linear_add_matches_float64_in_value_and_gradients():
+    torch.manual_seed(0)
+    residual, x, weight = torch.randn(304, 80), torch.randn(304, 48), torch.randn(80, 48)
+    got = _values_and_grads(linear_add, residual, x, weight, dtype=torch.float32)
+    want = _values_and_grads(lambda r, x, w: r + x @ w.t(), residual, x, weight, dtype=torch.float64)
+    torch_fp32 = _values_and_grads(lambda r, x, w: r + x @ w.t(), residual, x, weight, dtype=torch.float32)
+    _assert_fp32_accurate(got, want, torch_fp32, ["out", "grad residual", "grad x", "grad weight"])
+    assert any("_linear_pointwise" in op for op in _ops_run(lambda: linear_add(residual, x, weight)))
+
+
+@onednn_here
+def test_compiled_linears_match_float64_at_every_batch_size():
+    """One dynamic graph (as the packed training layers compile) calls oneDNN through the opaque op, forward and
+    backward, at sizes it was not traced at."""
+
+    def layer(residual, x, w_in, b_in, w_out):
+        torch._check(x.shape[0] % ROW_ALIGN == 0)  # as the packed training forward does after padding its stream
+        return linear_add(residual, F.silu(linear(x, w_in, b_in)), w_out)
+
+    compiled = torch.compile(layer, dynamic=True, fullgraph=True)
+    torch.manual_seed(1)
+    w_in, b_in, w_out = torch.randn(96, 40) / 6, torch.randn(96), torch.randn(40, 96) / 10
+    for rows in (400, 32):  # symbolic rows, provably aligned: oneDNN at every size and no second graph
+        residual, x = torch.randn(rows, 40), torch.randn(rows, 40)
+        args = (residual, x, w_in, b_in, w_out)
+        got = _values_and_grads(compiled, *args, dtype=torch.float32)
+        want = _values_and_grads(layer, *args, dtype=torch.float64)
+        with torch.backends.mkldnn.flags(enabled=False):  # torch's own fp32 ops
+            torch_fp32 = _values_and_grads(layer, *args, dtype=torch.float32)
+        _assert_fp32_accurate(got, want, torch_fp32, ["out", "residual", "x", "w_in", "b_in", "w_out"])
+    with torch.compiler.set_stance("fail_on_recompile"):  # the 30-row call above reused the graph of 400 rows
+        ops = _ops_run(lambda: _values_and_grads(compiled, *args, dtype=torch.float32))
+    assert "rlforge::onednn_linear" in ops
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["switched off", "autocast", "small product", "not a bucket", "float64", "subclass"],
+)
+def test_everything_else_takes_torch_own_linear(case):
+    torch.manual_seed(2)
+    x, weight, bias = torch.randn(304, 48), torch.randn(80, 48), torch.randn(80)  # oneDNN's, as the cases show
+    assert uses_onednn(x, weight)
+    if case == "small product":
+        x = x[:256]  # a bucket, but 256 x 80 x 48 multiply-adds are under MIN_MACS
+        assert 256 * weight.numel() < MIN_MACS
+    if case == "not a bucket":
+        x = torch.cat([x, x[:1]])  # 305 rows
+    if case == "float64":
+        x, weight, bias = x.double(), weight.double(), bias.double()
+    if case == "subclass":
+        x = x.as_subclass(_Tagged)
+    context = {
+        "switched off": torch.backends.mkldnn.flags(enabled=False),
+        "autocast": torch.autocast("cpu", dtype=torch.bfloat16),
+    }.get(case, contextlib.nullcontext())
+    with context:
+        assert not uses_onednn(x, weight)
+        got, want = linear(x, weight, bias), F.linear(x, weight, bias)
+        ops = _ops_run(lambda: linear(x, weight, bias))
+    assert torch.equal(got, want)
+    assert not any("_linear_pointwise" in op for op in ops)
+
+
+def test_linear_add_falls_back_to_addmm_bit_for_bit():
+    torch.manual_seed(3)
+    residual, x, weight = torch.randn(8, 80), torch.randn(8, 48), torch.randn(80, 48)  # below MIN_MACS
+    assert torch.equal(linear_add(residual, x, weight), torch.addmm(residual, x, weight.t()))
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass (as DTensor or a quantised weight would be): never handed to oneDNN."""
+
+
+def test_padded_rows_are_few_aligned_buckets_close_above():
+    buckets = {padded_rows(n) for n in range(1, 1 << 14)}
+    for n in range(1, 1 << 14):
+        p = padded_rows(n)
+        assert p >= n and p % ROW_ALIGN == 0 and padded_rows(p) == p
+        assert p - n < max(ROW_ALIGN, n / 16)
+    for octave in range(9, 14):  # 16 buckets per octave, so oneDNN builds few primitives over a run
+        assert len([b for b in buckets if 1 << octave < b <= 2 << octave]) == 16
