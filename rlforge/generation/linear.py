@@ -33,6 +33,9 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # Below this many multiply-adds a product goes to ``torch.mm``: oneDNN's ~10 us fixed cost per call loses to MKL's
 # ~2 us on small products (crossover ~1M multiply-adds, measured on Zen 5: [16, 128] x [128, 384] is a tie).
 MIN_MACS = 1 << 20
+# Eager and recording a graph, the Python autograd.Function costs ~30 us a product more than F.linear's: at 64 x
+# 128 -> 384 forward + backward were 0.93x torch's, at 256 rows 1.6x (bench_linear.py). Compiled graphs trace it away.
+MIN_MACS_EAGER_GRAD = 1 << 22
 ROW_ALIGN = 16
 
 
@@ -102,15 +105,16 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and weight.dtype == x.dtype
         and type(x) in _PLAIN
         and type(weight) in _PLAIN
-        and _bucketed_and_big(x.shape[:-1].numel(), weight.numel())
+        and _bucketed_and_big(x.shape[:-1].numel(), weight.numel(), x.requires_grad or weight.requires_grad)
     )
 
 
-def _bucketed_and_big(rows, weight_numel: int) -> bool:
+def _bucketed_and_big(rows, weight_numel: int, requires_grad: bool) -> bool:
     # Symbolic rows (a graph compiled for a dynamic batch) decide without a guard on their value, which would
     # compile a second graph: a provable multiple of ROW_ALIGN (the packed stream's torch._check) takes oneDNN.
     if isinstance(rows, int) and not torch.compiler.is_compiling():
-        return rows == padded_rows(rows) and rows * weight_numel >= MIN_MACS
+        least = MIN_MACS_EAGER_GRAD if requires_grad and torch.is_grad_enabled() else MIN_MACS
+        return rows == padded_rows(rows) and rows * weight_numel >= least
     return statically_known_true(rows % ROW_ALIGN == 0) and not statically_known_true(rows * weight_numel < MIN_MACS)
 
 

@@ -11,7 +11,15 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from rlforge.generation import linear as linear_module
-from rlforge.generation.linear import MIN_MACS, ROW_ALIGN, linear, linear_add, padded_rows, uses_onednn
+from rlforge.generation.linear import (
+    MIN_MACS,
+    MIN_MACS_EAGER_GRAD,
+    ROW_ALIGN,
+    linear,
+    linear_add,
+    padded_rows,
+    uses_onednn,
+)
 
 onednn_here = pytest.mark.skipif(not linear_module._ONEDNN, reason="oneDNN projections run on x86-64 CPUs only")
 
@@ -40,7 +48,7 @@ def _ops_run(fn) -> set[str]:
 
 
 @onednn_here
-@pytest.mark.parametrize("rows", [1024, 2048])  # buckets, also times 3
+@pytest.mark.parametrize("rows", [3072, 4096])  # buckets, also times 3; over MIN_MACS_EAGER_GRAD
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("leading", [(), (3,)])
 @pytest.mark.parametrize("out_features", [80, 30])  # wider and narrower than the input: both weight-gradient orders
@@ -59,7 +67,7 @@ def test_linear_matches_float64_in_value_and_gradients(rows, bias, leading, out_
 @onednn_here
 def test_linear_add_matches_float64_in_value_and_gradients():
     torch.manual_seed(0)
-    residual, x, weight = torch.randn(304, 80), torch.randn(304, 48), torch.randn(80, 48)
+    residual, x, weight = torch.randn(1152, 80), torch.randn(1152, 48), torch.randn(80, 48)
     got = _values_and_grads(linear_add, residual, x, weight, dtype=torch.float32)
     want = _values_and_grads(lambda r, x, w: r + x @ w.t(), residual, x, weight, dtype=torch.float64)
     torch_fp32 = _values_and_grads(lambda r, x, w: r + x @ w.t(), residual, x, weight, dtype=torch.float32)
@@ -94,7 +102,15 @@ def test_compiled_linears_match_float64_at_every_batch_size():
 
 @pytest.mark.parametrize(
     "case",
-    ["switched off", "autocast", "small product", "not a bucket", "float64", "subclass"],
+    [
+        "switched off",
+        "autocast",
+        "small product",
+        "small eager training",
+        "not a bucket",
+        "float64",
+        "subclass",
+    ],
 )
 def test_everything_else_takes_torch_own_linear(case):
     torch.manual_seed(2)
@@ -103,6 +119,9 @@ def test_everything_else_takes_torch_own_linear(case):
     if case == "small product":
         x = x[:256]  # a bucket, but 256 x 80 x 48 multiply-adds are under MIN_MACS
         assert 256 * weight.numel() < MIN_MACS
+    if case == "small eager training":  # the autograd.Function's Python costs more than oneDNN saves
+        x = x.requires_grad_()
+        assert x.shape[0] * weight.numel() < MIN_MACS_EAGER_GRAD
     if case == "not a bucket":
         x = torch.cat([x, x[:1]])  # 305 rows
     if case == "float64":
