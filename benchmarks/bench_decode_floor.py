@@ -36,7 +36,7 @@ from bench_generate import hf_generate, tiny_model  # noqa: E402
 from scaling_report import load, machine  # noqa: E402
 
 from rlforge.generation import SamplingParams, TorchGenerator  # noqa: E402
-from rlforge.generation.decoder import Heads  # noqa: E402
+from rlforge.generation.layers import Heads  # noqa: E402
 
 BYTES = 4  # fp32 cache
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from rlforge.cli import main
 from rlforge.errors import ConfigError
-from rlforge.generation.decoder import _linear_add, attention
+from rlforge.generation.layers import _linear_add, attention
 from rlforge.grpo import GRPOModule
 from rlforge.precision import autocast, check_precision
 from rlforge.sft import SFTModule

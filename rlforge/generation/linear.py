@@ -123,9 +123,6 @@ class _Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(x, weight, bias, residual):
-        # oneDNN reads a strided weight in place but takes a slow reference path on odd strides (an expanded
-        # gradient ran 1000x slower): every operand it sees, here and in the backward, is contiguous.
-        x, weight = x.contiguous(), weight.contiguous()
         if residual is not None:
             return _onednn_linear_add(residual, x, weight)
         return _onednn_linear(x, weight, bias)
@@ -138,8 +135,8 @@ class _Linear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
+        x, weight = ctx.saved_tensors  # contiguous (_run)
+        grad = grad.contiguous()  # its transpose is a second operand below
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn_linear(grad, weight.t(), None)
@@ -158,6 +155,10 @@ class _Linear(torch.autograd.Function):
 
 
 def _run(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None):
+    # oneDNN reads a strided second operand in place but takes a slow reference path on odd strides (a stride-0
+    # gradient made one backward 1000x slower): every operand it sees, here and in the backward, is contiguous or
+    # the transpose of a contiguous tensor.
+    x, weight = x.contiguous(), weight.contiguous()
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         return _Linear.apply(x, weight, bias, residual)
     # No graph to record: skip the Function's bookkeeping (decode steps run ~30 of these per token).

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from rlforge.generation.compiled_step import CompiledStep
-from rlforge.generation.decoder import KVDecoder, prompt_layer
+from rlforge.generation.decoder import KVDecoder
+from rlforge.generation.layers import prompt_layer
 from rlforge.generation.params import SamplingParams
 from rlforge.generation.sampling import draw_uniforms, filter_logits, sample_tokens
 from rlforge.types import Completion

@@ -9,7 +9,7 @@ length). Attention alone is laid out ``[B, T - 1]`` for one batched SDPA call, w
 token see its prompt's cache and the earlier tokens of its own response: CPU SDPA has no varlen kernel, and
 this keeps the whole layer at one attention call instead of one per row.
 
-The layer math is ``KVDecoder``'s (``rlforge.generation.decoder``) on the model's own parameters, so it covers the
+The layer math is ``KVDecoder``'s (``rlforge.generation.layers``) on the model's own parameters, so it covers the
 same Llama-family models; ``supports_packed`` says when, and ``compute_logprobs`` falls back to the HF forward
 otherwise (PEFT wrappers, sharded or gradient-checkpointed models, attention dropout, other architectures).
 
@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlforge.generation.compiled_step import CompiledStep
-from rlforge.generation.decoder import (
+from rlforge.generation.decoder import KVDecoder
+from rlforge.generation.layers import (
     Heads,
-    KVDecoder,
     _linear_add,
     _rms_norm,
     _rotate,
@@ -103,7 +103,7 @@ def packed_response_logits(
     prompt_ids, prompt_valid = input_ids[first, :width], attention_mask[first, :width]
     prompt_pos = positions[first, :width]
     if extra := _prompt_padding(first.numel(), width, inner.embed_tokens.weight):  # more left padding
-        prompt_ids = F.pad(prompt_ids, (extra, 0), value=int(input_ids[0, 0]))  # any token: masked out
+        prompt_ids = F.pad(prompt_ids, (extra, 0))  # token 0: masked out
         prompt_valid, prompt_pos = F.pad(prompt_valid, (extra, 0)), F.pad(prompt_pos, (extra, 0))
     x_prompt = inner.embed_tokens(prompt_ids)
     cos_p, sin_p = cos[prompt_pos].unsqueeze(1), sin[prompt_pos].unsqueeze(1)

@@ -158,3 +158,24 @@ def test_padded_rows_are_few_aligned_buckets_close_above():
         assert p - n < max(ROW_ALIGN, n / 16)
     for octave in range(9, 14):  # 16 buckets per octave, so oneDNN builds few primitives over a run
         assert len([b for b in buckets if 1 << octave < b <= 2 << octave]) == 16
+
+
+@onednn_here
+def test_onednn_sees_only_contiguous_operands_or_their_transposes(monkeypatch):
+    """oneDNN took a reference path ~1000x slower on a stride-0 operand: an expanded gradient (``out.sum()``'s) or
+    an expanded input reaches it only after a copy."""
+    seen = []
+    direct = linear_module._direct_linear
+
+    def recording(x, weight, bias):
+        seen.append(all(t.is_contiguous() or t.t().is_contiguous() for t in (x, weight)))
+        return direct(x, weight, bias)
+
+    monkeypatch.setattr(linear_module, "_direct_linear", recording)
+    weight = torch.randn(80, 48, requires_grad=True)
+    x = torch.randn(1, 48).expand(4096, 48).requires_grad_()  # stride 0 rows, a bucket
+    linear(x, weight).sum().backward()  # the upstream gradient is expanded too
+    with torch.no_grad():
+        linear(x, weight)
+    assert len(seen) == 4 and all(seen)
+    torch.testing.assert_close(weight.grad, torch.full((80, 1), 4096.0) * x[0].detach(), rtol=1e-4, atol=1e-3)
