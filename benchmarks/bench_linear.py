@@ -4,7 +4,8 @@
     python benchmarks/bench_linear.py --threads 1 2
 
 For each shape (rows x in -> out) and side it prints the median microseconds of the forward and of the forward +
-backward (input and weight gradients), GFLOP/s and the ratio torch / rlforge (higher = rlforge faster).
+backward (input and weight gradients), GFLOP/s and the ratio torch / rlforge (higher = rlforge faster). The rlforge
+side runs oneDNN whatever this CPU's default (``onednn_projections(True)``): the first line says the default.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rlforge.generation.linear import linear, uses_onednn
+from rlforge.generation.linear import cpu_vendor, linear, onednn_active, onednn_projections, uses_onednn
 
 # hidden 128 / intermediate 384 / vocab 268 (the default policy); 1920 rows: a GRPO step's packed response tokens
 # (~1890, padded to their bucket), 256: a small batch's, 64: a decode step of 64 rows; 576 / 1536: SmolLM2-135M's
@@ -64,7 +65,15 @@ def main() -> None:
         f"torch {torch.__version__}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
         f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
-    for threads in args.threads:
+    default = onednn_active(torch.device("cpu"), torch.float32)
+    print(f"CPU vendor {cpu_vendor() or 'unknown'}: oneDNN projections by default here: {'yes' if default else 'no'}")
+    with onednn_projections(True):
+        run(args.threads, args.repeats)
+
+
+def run(thread_counts: list[int], repeats: int) -> None:
+    """Prints one table per thread count (see the module docstring)."""
+    for threads in thread_counts:
         torch.set_num_threads(threads)
         print(f"threads {threads}: median us (GFLOP/s); ratio = torch / rlforge")
         print(
@@ -82,7 +91,7 @@ def main() -> None:
             for train in (False, True):
                 times = {}
                 for side, fn in (("torch", F.linear), ("rlforge", linear)):
-                    times[side] = time_side(fn, x, weight, upstream if train else None, args.repeats)
+                    times[side] = time_side(fn, x, weight, upstream if train else None, repeats)
                 work = flops * (3 if train else 1) / 1e3
                 cells += [f"{times[s]:7.0f} ({work / times[s]:4.0f})" for s in ("torch", "rlforge")]
                 cells.append(f"{times['torch'] / times['rlforge']:5.2f}x")

@@ -13,6 +13,11 @@ hundreds of MB. So it only sees row counts from a small fixed set, ``padded_rows
 be one (a decode step's batch of 64 is), a symbolic one (a compiled graph's) must be a provable multiple of
 ``ROW_ALIGN``, which the packed training forward asserts (``torch._check``) after padding its stream to a bucket.
 
+Only where that is the trade: on Intel cores MKL runs its AVX-512 kernels, and oneDNN was 0.75-0.96x its speed
+at the same shapes (a Xeon with AVX-512 and AMX, ``bench_linear.py``). So by default oneDNN takes the products on
+AMD CPUs with AVX-512 only (``default_preference``); ``RLFORGE_ONEDNN=1`` / ``0`` in the environment forces it on /
+off for a process, and ``onednn_projections(True / False)`` for a block of code.
+
 Everything else takes ``F.linear``/``torch.addmm``: other row counts, products under ~1M multiply-adds, other
 devices, dtypes and tensor subclasses, CPU autocast (its casts belong to ``F.linear``), biases on the residual
 path, non-x86 CPUs, and ``torch.backends.mkldnn.enabled = False`` (PyTorch's own switch, e.g. ``with
@@ -21,7 +26,11 @@ torch.backends.mkldnn.flags(enabled=False):``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import platform
+import warnings
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +38,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 # x86-64 only: elsewhere oneDNN rides on other GEMM libraries, and nothing here measured it against them.
 _ONEDNN = torch.backends.mkldnn.is_available() and platform.machine().lower() in {"x86_64", "amd64"}
+_SWITCH = "RLFORGE_ONEDNN"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # Below this many multiply-adds a product goes to ``torch.mm``: oneDNN's ~10 us fixed cost per call loses to MKL's
 # ~2 us on small products (crossover ~1M multiply-adds, measured on Zen 5: [16, 128] x [128, 384] is a tie).
@@ -37,6 +47,55 @@ MIN_MACS = 1 << 20
 # 128 -> 384 forward + backward were 0.93x torch's, at 256 rows 1.6x (bench_linear.py). Compiled graphs trace it away.
 MIN_MACS_EAGER_GRAD = 1 << 22
 ROW_ALIGN = 16
+
+
+def onednn_supported() -> bool:
+    """Whether this torch build and CPU can run the oneDNN projections at all (x86-64 with oneDNN built in)."""
+    return _ONEDNN
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id as the OS reports it (``GenuineIntel``, ``AuthenticAMD``), or ``""`` where it cannot."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()  # Windows: "AMD64 Family 26 Model ..., AuthenticAMD"
+
+
+def default_preference(vendor: str, capability: str, setting: str | None) -> bool:
+    """Whether oneDNN takes the projections by default: ``setting`` (``RLFORGE_ONEDNN``: ``1``/``0``, ``auto`` or
+    unset) decides, else an AMD ``vendor`` (``cpu_vendor()``) whose torch CPU ``capability`` is AVX-512.
+
+    MKL runs AVX2 kernels on AMD cores, AVX-512 or not; on AMD cores without AVX-512 both libraries run AVX2, and
+    nothing here measured oneDNN's gain there.
+    """
+    value = (setting or "auto").strip().lower()
+    if value in {"1", "true", "on"}:
+        return True
+    if value in {"0", "false", "off"}:
+        return False
+    if value != "auto":
+        warnings.warn(f"{_SWITCH}={setting!r} is not 1, 0 or auto: using auto", stacklevel=2)
+    return "AuthenticAMD" in vendor and capability == "AVX512"
+
+
+_PREFERRED = _ONEDNN and default_preference(
+    cpu_vendor(), torch.backends.cpu.get_cpu_capability(), os.environ.get(_SWITCH)
+)
+
+
+@contextlib.contextmanager
+def onednn_projections(enabled: bool) -> Iterator[None]:
+    """Inside the block, projections take oneDNN (``True``, sizes and the rest of ``uses_onednn`` permitting) or
+    never (``False``), whatever this CPU's default. Process-wide, like ``torch.backends.mkldnn.flags``; compiled
+    graphs guard on it, so switching recompiles."""
+    global _PREFERRED
+    previous, _PREFERRED = _PREFERRED, _ONEDNN and enabled
+    try:
+        yield
+    finally:
+        _PREFERRED = previous
 
 
 def padded_rows(rows: int) -> int:
@@ -90,7 +149,7 @@ def _onednn_linear_add(residual: torch.Tensor, x: torch.Tensor, weight: torch.Te
 def onednn_active(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether products of plain ``dtype`` tensors on ``device`` may run through oneDNN here (sizes aside)."""
     return (
-        _ONEDNN
+        _PREFERRED
         and torch.backends.mkldnn.enabled
         and device.type == "cpu"
         and dtype == torch.float32

@@ -7,7 +7,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from rlforge.generation import SamplingParams, TorchGenerator
+from rlforge.generation import decoder as decoder_mod
 from rlforge.generation.decoder import KVDecoder
+from rlforge.generation.linear import onednn_projections
 
 SMALL = {
     "hidden_size": 64,
@@ -82,3 +84,28 @@ def test_unsupported_models_fall_back(tiny_policy):
     for c in groups[0]:
         assert 1 <= len(c.token_ids) == len(c.logprobs) <= 4 and all(lp <= 0 for lp in c.logprobs)
         assert (c.stop_reason == "stop") == (c.token_ids[-1] == tokenizer.eos_token_id)
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "mkl"])
+def test_cpu_decode_steps_run_one_stacked_qkv_product(onednn, tiny_policy, monkeypatch):
+    """On CPU every decode step projects q/k/v in one product, with oneDNN or torch's own GEMMs (Intel's default),
+    and matches the HF forward as the three products do."""
+    model, tokenizer = tiny_policy
+    seen = []
+    original = decoder_mod.project_qkv
+
+    def recorded(attn, h, heads, h_query=None, stacked=None):
+        seen.append(stacked is not None)
+        return original(attn, h, heads, h_query, stacked)
+
+    monkeypatch.setattr(decoder_mod, "project_qkv", recorded)
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in ["Q: What is 3 + 5?\nA:", "1+1="]]
+    params = SamplingParams(max_new_tokens=6, n=2)
+    with onednn_projections(onednn):
+        ours = TorchGenerator(model, tokenizer, seed=3).generate(prompts, params)
+    hf = TorchGenerator(model, tokenizer, seed=3, static_cache=False).generate(prompts, params)
+    assert seen and all(seen)
+    for group, ref_group in zip(ours, hf, strict=True):
+        for c, ref in zip(group, ref_group, strict=True):
+            assert c.token_ids == ref.token_ids
+            assert max((abs(a - b) for a, b in zip(c.logprobs, ref.logprobs, strict=True)), default=0) < 1e-5

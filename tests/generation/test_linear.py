@@ -4,6 +4,9 @@ and compiled, actually run oneDNN where they claim to, and hand everything else 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,13 +18,23 @@ from rlforge.generation.linear import (
     MIN_MACS,
     MIN_MACS_EAGER_GRAD,
     ROW_ALIGN,
+    default_preference,
     linear,
     linear_add,
+    onednn_projections,
+    onednn_supported,
     padded_rows,
     uses_onednn,
 )
 
-onednn_here = pytest.mark.skipif(not linear_module._ONEDNN, reason="oneDNN projections run on x86-64 CPUs only")
+onednn_here = pytest.mark.skipif(not onednn_supported(), reason="oneDNN projections run on x86-64 CPUs only")
+
+
+@pytest.fixture(autouse=True)
+def _onednn_on():
+    """oneDNN on whatever this CPU's default (Intel cores default to MKL): the tests check the oneDNN path itself."""
+    with onednn_projections(True):
+        yield
 
 
 def _values_and_grads(fn, *tensors: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -104,6 +117,7 @@ def test_compiled_linears_match_float64_at_every_batch_size():
     "case",
     [
         "switched off",
+        "not preferred",
         "autocast",
         "small product",
         "small eager training",
@@ -112,6 +126,7 @@ def test_compiled_linears_match_float64_at_every_batch_size():
         "subclass",
     ],
 )
+@onednn_here
 def test_everything_else_takes_torch_own_linear(case):
     torch.manual_seed(2)
     x, weight, bias = torch.randn(304, 48), torch.randn(80, 48), torch.randn(80)  # oneDNN's, as the cases show
@@ -130,6 +145,7 @@ def test_everything_else_takes_torch_own_linear(case):
         x = x.as_subclass(_Tagged)
     context = {
         "switched off": torch.backends.mkldnn.flags(enabled=False),
+        "not preferred": onednn_projections(False),  # an Intel CPU's default, or RLFORGE_ONEDNN=0
         "autocast": torch.autocast("cpu", dtype=torch.bfloat16),
     }.get(case, contextlib.nullcontext())
     with context:
@@ -179,3 +195,40 @@ def test_onednn_sees_only_contiguous_operands_or_their_transposes(monkeypatch):
         linear(x, weight)
     assert len(seen) == 4 and all(seen)
     torch.testing.assert_close(weight.grad, torch.full((80, 1), 4096.0) * x[0].detach(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "capability", "setting", "expected"),
+    [
+        ("AuthenticAMD", "AVX512", None, True),  # MKL runs AVX2 kernels there: oneDNN ~2.2x (Zen 5)
+        ("AMD64 Family 26 Model 2, AuthenticAMD", "AVX512", "auto", True),  # Windows' platform.processor()
+        ("GenuineIntel", "AVX512", None, False),  # MKL runs AVX-512 there: oneDNN 0.75-0.96x (a Xeon)
+        ("AuthenticAMD", "AVX2", None, False),  # both AVX2: no measured gain
+        ("", "AVX512", None, False),  # unknown vendor: torch's own path
+        ("GenuineIntel", "AVX512", "1", True),
+        ("AuthenticAMD", "AVX512", "0", False),
+        ("AuthenticAMD", "AVX512", " Off ", False),
+    ],
+)
+def test_default_preference_follows_the_vendor_unless_the_switch_says(vendor, capability, setting, expected):
+    assert default_preference(vendor, capability, setting) is expected
+
+
+def test_an_unknown_switch_value_warns_and_uses_auto():
+    with pytest.warns(UserWarning, match="RLFORGE_ONEDNN='maybe' is not 1, 0 or auto"):
+        assert default_preference("AuthenticAMD", "AVX512", "maybe") is True
+
+
+@onednn_here
+def test_the_switch_is_read_at_import():
+    """``RLFORGE_ONEDNN`` in the environment decides for the whole process, whatever the CPU."""
+    code = (
+        "import torch; from rlforge.generation.linear import uses_onednn; "
+        "print(uses_onednn(torch.ones(4096, 512), torch.ones(512, 512)))"
+    )
+    for setting, expected in (("1", "True"), ("0", "False")):
+        env = {**os.environ, "RLFORGE_ONEDNN": setting}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120
+        )
+        assert out.stdout.strip() == expected, out.stderr

@@ -128,8 +128,18 @@ def test_unsupported_layouts_and_models_fall_back(tiny_policy, spy):
     _assert_close(ours, reference, batch.attention_mask[:, batch.prompt_len :].bool(), packed=False)
 
 
-@pytest.mark.skipif(not linear_mod._ONEDNN, reason="oneDNN projections run on x86-64 CPUs only")
-def test_packed_stream_padded_to_a_bucket_runs_onednn_and_matches_hf(tiny_policy, monkeypatch):
+onednn_here = pytest.mark.skipif(not linear_mod.onednn_supported(), reason="oneDNN projections run on x86-64 CPUs only")
+
+
+@pytest.fixture()
+def onednn_on():
+    """oneDNN on whatever this CPU's default (Intel cores default to MKL and pad nothing)."""
+    with linear_mod.onednn_projections(True):
+        yield
+
+
+@onednn_here
+def test_packed_stream_padded_to_a_bucket_runs_onednn_and_matches_hf(tiny_policy, monkeypatch, onednn_on):
     """A batch big enough for oneDNN: the stream grows to a ``padded_rows`` bucket with unfed slots, every
     projection's row count is a bucket, and values and gradients still match the fp64 HF forward."""
     model, tokenizer = tiny_policy
@@ -153,7 +163,8 @@ def test_packed_stream_padded_to_a_bucket_runs_onednn_and_matches_hf(tiny_policy
     assert any("_linear_pointwise" in event.key for event in prof.key_averages())
 
 
-def test_stream_without_room_for_its_bucket_stays_as_is():
+@onednn_here
+def test_stream_without_room_for_its_bucket_stays_as_is(onednn_on):
     feeds = torch.ones(3, 7, dtype=torch.bool)
     feeds[0, 6] = False  # 20 fed slots, bucket 32: one free slot is not enough
     fed = feeds.reshape(-1).nonzero().squeeze(-1)
@@ -165,10 +176,13 @@ def test_stream_without_room_for_its_bucket_stays_as_is():
     assert torch.equal(out, fed[:-6]) and not aligned
 
 
-def test_prompt_pass_left_padded_to_a_bucket():
+@onednn_here
+def test_prompt_pass_left_padded_to_a_bucket(onednn_on):
     weight = torch.zeros(4, 4)
     assert packed_mod._prompt_padding(8, 15, weight) == 1  # 8 x 16 = 128 rows
     assert packed_mod._prompt_padding(3, 7, weight) == 9  # 3 x 16 = 48
     assert packed_mod._prompt_padding(4, 32, weight) == 0  # already one
     with torch.backends.mkldnn.flags(enabled=False):
+        assert packed_mod._prompt_padding(8, 15, weight) == 0
+    with linear_mod.onednn_projections(False):  # nor where MKL is preferred (Intel's default)
         assert packed_mod._prompt_padding(8, 15, weight) == 0
