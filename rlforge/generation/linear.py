@@ -13,7 +13,7 @@ hundreds of MB. So it only sees row counts from a small fixed set, ``padded_rows
 be one (a decode step's batch of 64 is), a symbolic one (a compiled graph's) must be a provable multiple of
 ``ROW_ALIGN``, which the packed training forward asserts (``torch._check``) after padding its stream to a bucket.
 
-Only where that is the trade: on Intel cores MKL runs its AVX-512 kernels, and oneDNN was 0.75-0.96x its speed
+Only where that is the trade: on Intel cores MKL runs its AVX-512 kernels, and oneDNN was 0.62-0.98x its speed
 at the same shapes (a Xeon with AVX-512 and AMX, ``bench_linear.py``). So by default oneDNN takes the products on
 AMD CPUs with AVX-512 only (``default_preference``); ``RLFORGE_ONEDNN=1`` / ``0`` in the environment forces it on /
 off for a process, and ``onednn_projections(True / False)`` for a block of code.

@@ -232,3 +232,17 @@ def test_the_switch_is_read_at_import():
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120
         )
         assert out.stdout.strip() == expected, out.stderr
+
+
+@onednn_here
+def test_compiled_graphs_follow_the_switch():
+    """A graph compiled with oneDNN on is not reused once it is off: dynamo guards on the switch."""
+    x, weight = torch.randn(4096, 64), torch.randn(512, 64)
+    step = torch.compile(lambda x, weight: linear(x, weight), fullgraph=True)
+    with onednn_projections(True):
+        on = _ops_run(lambda: step(x, weight))
+    with onednn_projections(False):
+        off = _ops_run(lambda: step(x, weight))
+        torch.testing.assert_close(step(x, weight), F.linear(x, weight))
+    assert "rlforge::onednn_linear" in on
+    assert not any("onednn" in op or "_linear_pointwise" in op for op in off)
