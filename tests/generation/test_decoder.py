@@ -54,6 +54,14 @@ def _model(arch: str, tokenizer) -> torch.nn.Module:
     return model.eval()
 
 
+def _assert_same_samples(ours, hf) -> None:
+    """Same tokens and stop reasons as the HF forward's generation, logprobs within 1e-5."""
+    for group, ref_group in zip(ours, hf, strict=True):
+        for c, ref in zip(group, ref_group, strict=True):
+            assert c.token_ids == ref.token_ids and c.stop_reason == ref.stop_reason
+            assert max((abs(a - b) for a, b in zip(c.logprobs, ref.logprobs, strict=True)), default=0) < 1e-5
+
+
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu_kernels", "bmm"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_kv_decoder_matches_hf_forward(arch, cpu_kernels, tiny_policy):
@@ -66,10 +74,7 @@ def test_kv_decoder_matches_hf_forward(arch, cpu_kernels, tiny_policy):
     for params in (SamplingParams(max_new_tokens=12, n=3), SamplingParams(max_new_tokens=12, temperature=0.0)):
         ours = TorchGenerator(model, tokenizer, seed=4, cpu_kernels=cpu_kernels).generate(prompts, params)
         hf = TorchGenerator(model, tokenizer, seed=4, static_cache=False).generate(prompts, params)
-        for group, ref_group in zip(ours, hf, strict=True):
-            for c, ref in zip(group, ref_group, strict=True):
-                assert c.token_ids == ref.token_ids and c.stop_reason == ref.stop_reason
-                assert max((abs(a - b) for a, b in zip(c.logprobs, ref.logprobs, strict=True)), default=0) < 1e-5
+        _assert_same_samples(ours, hf)
 
 
 def test_unsupported_models_fall_back(tiny_policy):
@@ -105,7 +110,4 @@ def test_cpu_decode_steps_run_one_stacked_qkv_product(onednn, tiny_policy, monke
         ours = TorchGenerator(model, tokenizer, seed=3).generate(prompts, params)
     hf = TorchGenerator(model, tokenizer, seed=3, static_cache=False).generate(prompts, params)
     assert seen and all(seen)
-    for group, ref_group in zip(ours, hf, strict=True):
-        for c, ref in zip(group, ref_group, strict=True):
-            assert c.token_ids == ref.token_ids
-            assert max((abs(a - b) for a, b in zip(c.logprobs, ref.logprobs, strict=True)), default=0) < 1e-5
+    _assert_same_samples(ours, hf)
