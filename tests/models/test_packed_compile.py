@@ -17,7 +17,7 @@ from tests.models.test_packed import _assert_close, _batch, _run
 @pytest.fixture()
 def fresh_layers(monkeypatch):
     """No compiled layers from an earlier test (their state, e.g. ``failed``, is process-wide)."""
-    monkeypatch.setattr(packed_mod, "_COMPILED", None)
+    monkeypatch.setattr(packed_mod, "_COMPILED", {})
 
 
 @pytest.fixture()
@@ -37,7 +37,8 @@ def test_compiled_layers_match_eager_and_serve_every_shape(tiny_policy, fresh_la
         _assert_close(_run(model, batch, 0.7, compile=True), _run(model, batch, 0.7), mask)
         graphs = counters["stats"]["unique_graphs"] - graphs_before
         assert graphs == 2  # prompt layer + response layer: symbolic sizes, no recompile for the new shape
-    assert not any(step.failed for step in packed_mod._COMPILED)
+    assert not any(step.failed for step in packed_mod._COMPILED["cpu"])
+    assert all(step.options == {"cpp_wrapper": True} for step in packed_mod._COMPILED["cpu"])  # the CPU build
 
 
 def test_failed_compile_falls_back_to_eager_once_per_layer_function(tiny_policy, fresh_layers, monkeypatch, caplog):
@@ -54,7 +55,7 @@ def test_failed_compile_falls_back_to_eager_once_per_layer_function(tiny_policy,
         _run(model, batch, 1.0, compile=True)
     # One warning per layer function (prompt, response), not one per call: a failed step is never retried.
     assert caplog.text.count("torch.compile of the packed training forward") == 2
-    assert all(step.failed and not step.active for step in packed_mod._COMPILED)
+    assert all(step.failed and not step.active for step in packed_mod._COMPILED["cpu"])
     for ours, ref in zip(got[:2], expected[:2], strict=True):
         assert torch.equal(ours, ref)
     assert all(torch.equal(got[2][name], grad) for name, grad in expected[2].items())

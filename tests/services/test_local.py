@@ -18,7 +18,7 @@ def grad_modes(monkeypatch):
     """Records ``torch.is_grad_enabled()`` at each use of the compiled packed layers, which run eagerly here."""
     modes: list[bool] = []
 
-    def spy():
+    def spy(device):
         modes.append(torch.is_grad_enabled())
         return packed_mod.prompt_layer, packed_mod._response_layer
 
@@ -42,11 +42,11 @@ def test_the_reference_is_a_frozen_copy(tiny_policy):
 @pytest.mark.slow
 def test_compiled_reference_matches_the_eager_one(tiny_policy, monkeypatch):
     policy, tokenizer = tiny_policy
-    monkeypatch.setattr(packed_mod, "_COMPILED", None)  # no compiled state (e.g. `failed`) from an earlier test
+    monkeypatch.setattr(packed_mod, "_COMPILED", {})  # no compiled state (e.g. `failed`) from an earlier test
     batch = _batch(tokenizer, [[5, 1, 8], [0, 3, 7], [2, 8, 4]], seed=3)
     eager = LocalReference(policy).logprobs(batch, 0.7)
     compiled = LocalReference(policy, compile=True).logprobs(batch, 0.7)
-    assert packed_mod._COMPILED is not None and not any(step.failed for step in packed_mod._COMPILED)
+    assert not any(step.failed for step in packed_mod._COMPILED["cpu"])
     mask = batch.response_mask.bool()
     assert (compiled - eager).abs()[mask].max() < 1e-5 and (compiled[~mask] == 0).all()
 
