@@ -38,7 +38,9 @@ from rlforge.models import load_policy  # noqa: E402
 
 TARGET = 3.0
 WEIGHT_GEMMS = {"mm", "addmm", "_linear_pointwise", "onednn_linear", "onednn_linear_add"}  # projections, LM head
-ATTENTION_MATMULS = {"bmm", "baddbmm"}  # the decode step's attention over its cache (training runs SDPA)
+# The decode step's attention over its cache: rlforge's CPU kernels (``rlforge::decode_scores``/``decode_mix``), or
+# ``torch.bmm`` without them (training runs SDPA).
+ATTENTION_MATMULS = {"bmm", "baddbmm", "decode_scores", "decode_mix"}
 
 
 def matmul_kind(name: str) -> str | None:

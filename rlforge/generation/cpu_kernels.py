@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from rlforge.generation.switches import env_switch
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
@@ -55,9 +57,10 @@ def load_decode_attention() -> bool:
     """Builds (first time on this machine) and loads the decode-attention kernels; whether they are usable.
 
     Returns ``False``, with one warning, when the build fails (no compiler, no ninja, read-only cache directory);
-    ``False`` silently when ``RLFORGE_CPU_KERNELS=0``, and with an info line on a platform other than Linux.
+    ``False`` silently when ``RLFORGE_CPU_KERNELS`` is ``0`` (or ``false``/``off``, read as ``RLFORGE_ONEDNN`` is),
+    and with an info line on a platform other than Linux.
     """
-    if os.environ.get(ENV_SWITCH, "1") == "0":
+    if env_switch(ENV_SWITCH, os.environ.get(ENV_SWITCH)) is False:
         return False
     if not sys.platform.startswith("linux"):
         # The flags are GCC/Clang-on-Linux ones (-fopenmp against torch's libgomp); elsewhere a build would fail in

@@ -29,12 +29,13 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import warnings
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from rlforge.generation.switches import env_switch
 
 # x86-64 only: elsewhere oneDNN rides on other GEMM libraries, and nothing here measured it against them.
 _ONEDNN = torch.backends.mkldnn.is_available() and platform.machine().lower() in {"x86_64", "amd64"}
@@ -70,13 +71,9 @@ def default_preference(vendor: str, capability: str, setting: str | None) -> boo
     MKL runs AVX2 kernels on AMD cores, AVX-512 or not; on AMD cores without AVX-512 both libraries run AVX2, and
     nothing here measured oneDNN's gain there.
     """
-    value = (setting or "auto").strip().lower()
-    if value in {"1", "true", "on"}:
-        return True
-    if value in {"0", "false", "off"}:
-        return False
-    if value != "auto":
-        warnings.warn(f"{_SWITCH}={setting!r} is not 1, 0 or auto: using auto", stacklevel=2)
+    forced = env_switch(_SWITCH, setting)
+    if forced is not None:
+        return forced
     return "AuthenticAMD" in vendor and capability == "AVX512"
 
 

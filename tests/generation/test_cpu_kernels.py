@@ -85,13 +85,25 @@ def test_failed_build_falls_back_with_one_warning(monkeypatch, caplog):
     assert "RLFORGE_CPU_KERNELS=0" in record.getMessage()
 
 
-def test_env_switch_skips_the_build(monkeypatch):
-    def must_not_build(**kwargs):
-        raise AssertionError("built despite RLFORGE_CPU_KERNELS=0")
+@pytest.mark.parametrize("setting", ["0", "false", "OFF"])
+def test_env_switch_skips_the_build(monkeypatch, setting):
+    """Every "off" that ``RLFORGE_ONEDNN`` takes also turns the kernels off (``false`` used to build them)."""
 
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", must_not_build)
-    monkeypatch.setenv("RLFORGE_CPU_KERNELS", "0")
+    tried = []  # recorded, not raised: a raise would be caught as a failed build, which also returns False
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda **kwargs: tried.append(kwargs["name"]))
+    monkeypatch.setenv("RLFORGE_CPU_KERNELS", setting)
     assert cpu_kernels.load_decode_attention.__wrapped__() is False
+    assert not tried
+
+
+def test_a_bad_env_switch_warns_and_builds(monkeypatch):
+    built = []
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda **kwargs: built.append(kwargs["name"]))
+    monkeypatch.setattr(cpu_kernels, "_register_fakes", lambda: None)  # the ops may be registered already
+    monkeypatch.setenv("RLFORGE_CPU_KERNELS", "nope")
+    with pytest.warns(UserWarning, match="RLFORGE_CPU_KERNELS='nope' is not 1, 0 or auto: using auto"):
+        cpu_kernels.load_decode_attention.__wrapped__()
+    assert built  # auto: the build is tried
 
 
 @pytest.mark.parametrize("platform", ["darwin", "win32"])
