@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlforge.generation.compiled_step import CompiledStep
+from rlforge.generation.compiled_step import CompiledStep, shared_step
 from rlforge.generation.decoder import KVDecoder
 from rlforge.generation.layers import (
     Heads,
@@ -219,21 +219,9 @@ def _response_layer(
     return mlp_residual(layer, _linear_add(x, out, attn.o_proj))
 
 
-_COMPILED: dict[str, tuple[CompiledStep, CompiledStep]] = {}
-
-
 def _compiled_layers(device: torch.device) -> tuple[CompiledStep, CompiledStep]:
-    """The compiled layer functions for ``device``'s type, shared by every caller: dynamo caches graphs per function,
-    and after a failed compile every later call runs eagerly without retrying.
-
-    On CPU the graphs' kernels are called from C++ instead of inductor's Python wrapper (``cpp_wrapper``, as the
-    decode step does): 3-6 ms off a ~130 ms update of the bench's GRPO step (8 layer graphs, forward and backward),
-    for a longer first compile. Elsewhere the Python wrapper stays.
-    """
-    if device.type not in _COMPILED:
-        options = {"cpp_wrapper": True} if device.type == "cpu" else None
-        _COMPILED[device.type] = tuple(
-            CompiledStep(fn, True, dynamic=True, name=f"the packed training forward ({fn.__name__})", options=options)
-            for fn in (prompt_layer, _response_layer)
-        )
-    return _COMPILED[device.type]
+    """The compiled prompt and response layer functions for ``device`` (``compiled_step.shared_step``)."""
+    return tuple(
+        shared_step(fn, device, f"the packed training forward ({fn.__name__})")
+        for fn in (prompt_layer, _response_layer)
+    )

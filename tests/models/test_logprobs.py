@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlforge.data import collate_episodes
+from rlforge.generation.compiled_step import shared_step
 from rlforge.models import compute_logprobs
-from rlforge.models.logprobs import shared_prompt_rows
+from rlforge.models.logprobs import shared_prompt_rows, token_stats
 from rlforge.types import Completion, Episode
 from tests.models.test_packed import fp64_copy
 
@@ -92,3 +94,32 @@ def test_sharded_policy_always_runs_the_two_pass_forward(tiny_policy, monkeypatc
     ((lp * batch.advantages[:, None] * batch.response_mask).sum() + (ent * batch.response_mask).sum()).backward()
     for name, ref in ref_grads.items():
         assert (model.get_parameter(name).grad - ref).abs().max() <= 1e-5 * ref.abs().max(), name
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("mode", ["grad", "detached", "none"])
+def test_token_stats_match_float64_log_softmax(mode, compiled):
+    """``token_stats`` (what a compiled training forward runs) against an fp64 ``log_softmax``: values, and the
+    logits' gradient with the entropy in the graph (``grad``) or out of it (``detached``)."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(37, 300, generator=g) * 4
+    targets = torch.randint(0, 300, (37,), generator=g)
+    w_lp, w_ent = torch.randn(37, generator=g), torch.randn(37, generator=g)
+    stats = shared_step(token_stats, logits.device, "test") if compiled else token_stats
+    x = logits.clone().requires_grad_()
+    lp, ent = stats(x, targets, 0.7, mode)
+    ref_x = logits.double().requires_grad_()
+    ref_logp = torch.log_softmax(ref_x / 0.7, dim=-1)
+    ref_lp, ref_ent = ref_logp.gather(-1, targets[:, None]).squeeze(-1), -(ref_logp.exp() * ref_logp).sum(-1)
+    assert (lp.double() - ref_lp).abs().max() < 1e-5
+    objective, ref_objective = (lp * w_lp).sum(), (ref_lp * w_lp.double()).sum()
+    if mode == "none":
+        assert ent is None
+    else:
+        assert (ent.double() - ref_ent).abs().max() < 1e-5
+        assert ent.requires_grad == (mode == "grad")
+        if mode == "grad":
+            objective, ref_objective = objective + (ent * w_ent).sum(), ref_objective + (ref_ent * w_ent.double()).sum()
+    objective.backward()
+    ref_objective.backward()
+    assert (x.grad.double() - ref_x.grad).abs().max() < 1e-5

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlforge.cli import main
+from rlforge.generation import compiled_step as compiled_step_mod
 from rlforge.models import compute_logprobs
 from rlforge.models import packed as packed_mod
 from rlforge.services import LocalReference
@@ -42,11 +43,11 @@ def test_the_reference_is_a_frozen_copy(tiny_policy):
 @pytest.mark.slow
 def test_compiled_reference_matches_the_eager_one(tiny_policy, monkeypatch):
     policy, tokenizer = tiny_policy
-    monkeypatch.setattr(packed_mod, "_COMPILED", {})  # no compiled state (e.g. `failed`) from an earlier test
+    monkeypatch.setattr(compiled_step_mod, "_SHARED", {})  # no compiled state (e.g. `failed`) from an earlier test
     batch = _batch(tokenizer, [[5, 1, 8], [0, 3, 7], [2, 8, 4]], seed=3)
     eager = LocalReference(policy).logprobs(batch, 0.7)
     compiled = LocalReference(policy, compile=True).logprobs(batch, 0.7)
-    assert not any(step.failed for step in packed_mod._COMPILED["cpu"])
+    assert not any(step.failed for step in packed_mod._compiled_layers(torch.device("cpu")))
     mask = batch.response_mask.bool()
     assert (compiled - eager).abs()[mask].max() < 1e-5 and (compiled[~mask] == 0).all()
 
