@@ -109,38 +109,46 @@ def shared_prompt_logits(
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log softmax(logits / temperature)`` at ``token_ids`` without materialising all logprobs."""
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    picked = logits.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
+    return token_stats(logits, token_ids, temperature, "none")[0]
 
 
 def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy of ``softmax(logits / temperature)`` at each position, ``[B, T]``."""
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    logits = _scaled(logits, temperature)
+    return _entropy(logits, torch.logsumexp(logits, dim=-1))
 
 
 def token_stats(
     logits: torch.Tensor, token_ids: torch.Tensor, temperature: float, entropy: str
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``token_logprobs`` and, unless ``entropy == "none"``, ``token_entropy`` of ``[N, V]`` logits, written so that
-    ``torch.compile`` fuses them (one read of the logits for the log-sum-exp, one for the entropy, one backward).
+    """``token_logprobs`` and, unless ``entropy == "none"``, ``token_entropy`` of ``[..., V]`` logits from one
+    log-sum-exp, written so that ``torch.compile`` fuses them (the packed forward's compiled head).
 
     ``entropy``: ``"grad"`` keeps the entropy in the autograd graph, ``"detached"`` computes it from detached logits
     (logged only), ``"none"`` skips it.
     """
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
+    logits = _scaled(logits, temperature)
     lse = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1) - lse
     if entropy == "none":
         return logprobs, None
-    source, norm = (logits, lse) if entropy == "grad" else (logits.detach(), lse.detach())
-    logp = source - norm.unsqueeze(-1)  # log_softmax, as token_entropy computes it
-    return logprobs, -(logp.exp() * logp).sum(-1)
+    return logprobs, _entropy(logits, lse) if entropy == "grad" else _entropy(logits.detach(), lse.detach())
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    return logits if temperature in (0.0, 1.0) else logits / temperature
+
+
+def _entropy(logits: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    logp = logits - lse.unsqueeze(-1)  # log_softmax
+    return -(logp.exp() * logp).sum(-1)
+
+
+def _entropy_mode(with_entropy: bool, entropy_grad: bool) -> str:
+    """``token_stats``'s ``entropy`` argument for ``compute_logprobs``'s flags (no graph where grad is off)."""
+    if not with_entropy:
+        return "none"
+    return "grad" if entropy_grad and torch.is_grad_enabled() else "detached"
 
 
 def _packed_logprobs(
@@ -158,7 +166,7 @@ def _packed_logprobs(
     with autocast(precision, input_ids.device):
         logits, valid = packed_response_logits(model, input_ids, attention_mask, prompt_len, *shared, compile=compile)
     zeros = torch.zeros(valid.shape, dtype=logits.dtype, device=logits.device)
-    mode = "none" if not with_entropy else "grad" if entropy_grad and torch.is_grad_enabled() else "detached"
+    mode = _entropy_mode(with_entropy, entropy_grad)
     # Eager and compiled run the same function, so a failed compile's eager fall back gives the same numbers.
     stats = shared_step(token_stats, logits.device, "the logprob/entropy head") if compile else token_stats
     logprobs, entropy = stats(logits, input_ids[:, prompt_len:][valid], temperature, mode)
@@ -218,10 +226,4 @@ def compute_logprobs(
             logits = response_logits(model, input_ids, attention_mask, prompt_len)
         else:
             logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_len, *shared)
-    targets = input_ids[:, prompt_len:]
-    logprobs = token_logprobs(logits, targets, temperature)
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature)
-    return logprobs, entropy
+    return token_stats(logits, input_ids[:, prompt_len:], temperature, _entropy_mode(with_entropy, entropy_grad))
