@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rlforge.generation.linear import cpu_vendor, linear, onednn_active, onednn_projections, uses_onednn
+from rlforge.generation.linear import cpu_family, cpu_vendor, linear, onednn_active, onednn_projections, uses_onednn
 
 # hidden 128 / intermediate 384 / vocab 268 (the default policy); 1920 rows: a GRPO step's packed response tokens
 # (~1890, padded to their bucket), 256: a small batch's, 64: a decode step of 64 rows; 576 / 1536: SmolLM2-135M's
@@ -66,7 +66,8 @@ def main() -> None:
         f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     default = onednn_active(torch.device("cpu"), torch.float32)
-    print(f"CPU vendor {cpu_vendor() or 'unknown'}: oneDNN projections by default here: {'yes' if default else 'no'}")
+    vendor, family = cpu_vendor() or "unknown", cpu_family()
+    print(f"CPU vendor {vendor}, family {family}: oneDNN projections by default here: {'yes' if default else 'no'}")
     with onednn_projections(True):
         run(args.threads, args.repeats)
 

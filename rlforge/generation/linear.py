@@ -14,9 +14,12 @@ be one (a decode step's batch of 64 is), a symbolic one (a compiled graph's) mus
 ``ROW_ALIGN``, which the packed training forward asserts (``torch._check``) after padding its stream to a bucket.
 
 Only where that is the trade: on Intel cores MKL runs its AVX-512 kernels, and oneDNN was 0.62-0.98x its speed
-at the same shapes (a Xeon with AVX-512 and AMX, ``bench_linear.py``). So by default oneDNN takes the products on
-AMD CPUs with AVX-512 only (``default_preference``); ``RLFORGE_ONEDNN=1`` / ``0`` in the environment forces it on /
-off for a process, and ``onednn_projections(True / False)`` for a block of code.
+at the same shapes (a Xeon with AVX-512 and AMX, ``bench_linear.py``). Zen 4 (AMD family 25) runs AVX-512 on 256-bit
+datapaths, so MKL's AVX2 kernels lose nothing there: oneDNN was 0.93-1.10x MKL per product, and a compiled GRPO step
+of the default policy's architecture was 8% faster with MKL (its decode products, 64 rows, lost ~15% in oneDNN). So by
+default oneDNN takes the products on AMD CPUs with AVX-512 from family 26 (Zen 5) on only (``default_preference``);
+``RLFORGE_ONEDNN=1`` / ``0`` in the environment forces it on / off for a process, and
+``onednn_projections(True / False)`` for a block of code.
 
 Everything else takes ``F.linear``/``torch.addmm``: other row counts, products under ~1M multiply-adds, other
 devices, dtypes and tensor subclasses, CPU autocast (its casts belong to ``F.linear``), biases on the residual
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 from collections.abc import Iterator
 
 import torch
@@ -40,7 +44,10 @@ from rlforge.generation.switches import env_switch
 # x86-64 only: elsewhere oneDNN rides on other GEMM libraries, and nothing here measured it against them.
 _ONEDNN = torch.backends.mkldnn.is_available() and platform.machine().lower() in {"x86_64", "amd64"}
 _SWITCH = "RLFORGE_ONEDNN"
+# AMD Zen 5: the first AMD family whose AVX-512 runs on 512-bit datapaths (Zen 4, family 25, splits it in two).
+_FULL_WIDTH_FAMILY = 26
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_CPUINFO = "/proc/cpuinfo"
 # Below this many multiply-adds a product goes to ``torch.mm``: oneDNN's ~10 us fixed cost per call loses to MKL's
 # ~2 us on small products (crossover ~1M multiply-adds, measured on Zen 5: [16, 128] x [128, 384] is a tie).
 MIN_MACS = 1 << 20
@@ -55,30 +62,47 @@ def onednn_supported() -> bool:
     return _ONEDNN
 
 
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line's value in ``/proc/cpuinfo`` (Linux), or ``None`` where there is none."""
+    with contextlib.suppress(OSError), open(_CPUINFO) as cpuinfo:
+        for line in cpuinfo:
+            if line.split(":", 1)[0].strip() == field:
+                return line.split(":", 1)[1].strip()
+    return None
+
+
 def cpu_vendor() -> str:
     """The CPU's vendor id as the OS reports it (``GenuineIntel``, ``AuthenticAMD``), or ``""`` where it cannot."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()  # Windows: "AMD64 Family 26 Model ..., AuthenticAMD"
+    vendor = _cpuinfo("vendor_id")
+    return platform.processor() if vendor is None else vendor  # Windows: "AMD64 Family 26 Model ..., AuthenticAMD"
 
 
-def default_preference(vendor: str, capability: str, setting: str | None) -> bool:
+def cpu_family() -> int | None:
+    """The x86 CPU family number (AMD: 25 for Zen 3/4, 26 for Zen 5), or ``None`` where the OS does not say."""
+    family = _cpuinfo("cpu family")
+    if family is None:
+        found = re.search(r"Family (\d+)", platform.processor())
+        family = found.group(1) if found else None
+    return int(family) if family is not None and family.isdigit() else None
+
+
+def default_preference(vendor: str, capability: str, setting: str | None, family: int | None = None) -> bool:
     """Whether oneDNN takes the projections by default: ``setting`` (``RLFORGE_ONEDNN``: ``1``/``0``, ``auto`` or
-    unset) decides, else an AMD ``vendor`` (``cpu_vendor()``) whose torch CPU ``capability`` is AVX-512.
+    unset) decides, else an AMD ``vendor`` (``cpu_vendor()``) of ``family`` 26 (Zen 5) or later (``cpu_family()``)
+    whose torch CPU ``capability`` is AVX-512.
 
-    MKL runs AVX2 kernels on AMD cores, AVX-512 or not; on AMD cores without AVX-512 both libraries run AVX2, and
-    nothing here measured oneDNN's gain there.
+    MKL runs AVX2 kernels on AMD cores, AVX-512 or not. That halves its rate on Zen 5's 512-bit datapaths, but costs
+    nothing on Zen 4's 256-bit ones (family 25, where oneDNN's per-call cost made the step slower); on AMD cores
+    without AVX-512 both libraries run AVX2, and nothing here measured oneDNN's gain there.
     """
     forced = env_switch(_SWITCH, setting)
     if forced is not None:
         return forced
-    return "AuthenticAMD" in vendor and capability == "AVX512"
+    return "AuthenticAMD" in vendor and capability == "AVX512" and family is not None and family >= _FULL_WIDTH_FAMILY
 
 
 _PREFERRED = _ONEDNN and default_preference(
-    cpu_vendor(), torch.backends.cpu.get_cpu_capability(), os.environ.get(_SWITCH)
+    cpu_vendor(), torch.backends.cpu.get_cpu_capability(), os.environ.get(_SWITCH), cpu_family()
 )
 
 

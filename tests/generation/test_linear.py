@@ -198,25 +198,51 @@ def test_onednn_sees_only_contiguous_operands_or_their_transposes(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("vendor", "capability", "setting", "expected"),
+    ("vendor", "capability", "setting", "family", "expected"),
     [
-        ("AuthenticAMD", "AVX512", None, True),  # MKL runs AVX2 kernels there: oneDNN ~2.2x (Zen 5)
-        ("AMD64 Family 26 Model 2, AuthenticAMD", "AVX512", "auto", True),  # Windows' platform.processor()
-        ("GenuineIntel", "AVX512", None, False),  # MKL runs AVX-512 there: oneDNN 0.75-0.96x (a Xeon)
-        ("AuthenticAMD", "AVX2", None, False),  # both AVX2: no measured gain
-        ("", "AVX512", None, False),  # unknown vendor: torch's own path
-        ("GenuineIntel", "AVX512", "1", True),
-        ("AuthenticAMD", "AVX512", "0", False),
-        ("AuthenticAMD", "AVX512", " Off ", False),
+        ("AuthenticAMD", "AVX512", None, 26, True),  # MKL runs AVX2 kernels there: oneDNN ~2.2x (Zen 5)
+        ("AuthenticAMD", "AVX512", None, 27, True),  # later families keep full-width AVX-512
+        ("AMD64 Family 26 Model 2, AuthenticAMD", "AVX512", "auto", 26, True),  # Windows' platform.processor()
+        ("AuthenticAMD", "AVX512", None, 25, False),  # Zen 4: 256-bit datapaths, MKL's AVX2 is as fast (step 8%)
+        ("AuthenticAMD", "AVX512", None, None, False),  # family unknown: torch's own path
+        ("GenuineIntel", "AVX512", None, 6, False),  # MKL runs AVX-512 there: oneDNN 0.75-0.96x (a Xeon)
+        ("AuthenticAMD", "AVX2", None, 26, False),  # both AVX2: no measured gain
+        ("", "AVX512", None, 26, False),  # unknown vendor: torch's own path
+        ("GenuineIntel", "AVX512", "1", 6, True),
+        ("AuthenticAMD", "AVX512", "1", 25, True),
+        ("AuthenticAMD", "AVX512", "0", 26, False),
+        ("AuthenticAMD", "AVX512", " Off ", 26, False),
     ],
 )
-def test_default_preference_follows_the_vendor_unless_the_switch_says(vendor, capability, setting, expected):
-    assert default_preference(vendor, capability, setting) is expected
+def test_default_preference_follows_the_cpu_unless_the_switch_says(vendor, capability, setting, family, expected):
+    assert default_preference(vendor, capability, setting, family) is expected
 
 
 def test_an_unknown_switch_value_warns_and_uses_auto():
     with pytest.warns(UserWarning, match="RLFORGE_ONEDNN='maybe' is not 1, 0 or auto"):
-        assert default_preference("AuthenticAMD", "AVX512", "maybe") is True
+        assert default_preference("AuthenticAMD", "AVX512", "maybe", 26) is True
+
+
+_WINDOWS_PROCESSOR = "AMD64 Family 26 Model 2 Stepping 0, AuthenticAMD"  # platform.processor() there
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "processor", "vendor", "family"),
+    [
+        ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n", "", "AuthenticAMD", 25),
+        ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", "", "GenuineIntel", 6),
+        (None, _WINDOWS_PROCESSOR, _WINDOWS_PROCESSOR, 26),
+        (None, "", "", None),
+    ],
+)
+def test_cpu_vendor_and_family_from_cpuinfo_or_the_platform(monkeypatch, tmp_path, cpuinfo, processor, vendor, family):
+    """Linux reads ``/proc/cpuinfo``; without it (Windows) both come from ``platform.processor()``."""
+    if cpuinfo is not None:
+        (tmp_path / "cpuinfo").write_text(cpuinfo)
+    monkeypatch.setattr(linear_module, "_CPUINFO", str(tmp_path / "cpuinfo"))
+    monkeypatch.setattr(linear_module.platform, "processor", lambda: processor)
+    assert linear_module.cpu_vendor() == vendor
+    assert linear_module.cpu_family() == family
 
 
 @onednn_here
