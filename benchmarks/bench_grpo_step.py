@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 
 import torch
+from peak_rss import peak_rss_mb
 
 from rlforge import GRPOModule, RLTrainer
 from rlforge.data import RLDataModule
@@ -215,21 +215,16 @@ def fit_peak_rss_mb(steps: int) -> float:
     """Peak RSS (MiB) of ``rlforge fit`` with the embedded default config and ``steps`` steps, in a child.
 
     The default config validates before the first step and at step 50 (200 greedy prompts), so the peak
-    includes validation. The peak is that child's own (``os.wait4``), not the largest of this process's children:
-    inductor's compile workers for the compiled side are children too, and reached ~1 GB.
+    includes validation. The child starts from a small launcher (``peak_rss.py``): spawned from this process,
+    it would report at least this process's own peak (Linux keeps the high-water mark across ``exec``), ~1 GB
+    after the compiled side ran.
     """
-    with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryDirectory() as cwd:
         cmd = [sys.executable, "-m", "rlforge.cli", "fit", f"--trainer.max_steps={steps}"]
         # One intra-op thread: RSS does not depend on it, and 2 OpenMP threads on a busy 2-core box crawl.
         path = os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
         env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode:
-            errors.seek(0)
-            raise subprocess.CalledProcessError(child.returncode, cmd, stderr=errors.read().decode()[-2000:])
-    return usage.ru_maxrss / 1024  # Linux reports KiB
+        return peak_rss_mb(cmd, cwd=cwd, env=env)
 
 
 def main() -> None:
