@@ -46,9 +46,29 @@ def fit(flags: list[str], ranks: int = 1, timeout: float = 300, extra_env: dict 
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
             "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "rlforge", command, *flags,
         ]  # fmt: skip
-    return subprocess.run(
+    done = subprocess.run(
         cmd, cwd=REPO, env={**env(), **(extra_env or {})}, capture_output=True, text=True, timeout=timeout
     )
+    if done.returncode:
+        done.stderr += first_fatal(done.stderr)
+    return done
+
+
+# What a rank that dies in C++ prints first: libstdc++'s uncaught exception, glibc's heap check, Python's fatal error.
+_FATAL = ("terminate called", "what():", "Fatal Python error", "free(): ", "double free", "corrupted ", "malloc(): ")
+
+
+def first_fatal(stderr: str, lines: int = 12) -> str:
+    """The first fatal-error lines of ``stderr`` and the ``lines`` after them, as a block to append to it.
+
+    Tests quote the tail of a failed run's stderr, and behind a fatal error the faulthandler's per-thread stacks and
+    its list of extension modules push the cause out of that tail; ``""`` when there is no fatal error.
+    """
+    text = stderr.splitlines()
+    at = next((i for i, line in enumerate(text) if any(mark in line for mark in _FATAL)), None)
+    if at is None:
+        return ""
+    return "\n--- the first fatal error above, repeated ---\n" + "\n".join(text[at : at + 1 + lines]) + "\n"
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
