@@ -86,7 +86,7 @@ def cpu_family() -> int | None:
     return int(family) if family is not None and family.isdigit() else None
 
 
-def default_preference(vendor: str, capability: str, setting: str | None, family: int | None = None) -> bool:
+def default_preference(vendor: str, capability: str, setting: str | None, family: int | None) -> bool:
     """Whether oneDNN takes the projections by default: ``setting`` (``RLFORGE_ONEDNN``: ``1``/``0``, ``auto`` or
     unset) decides, else an AMD ``vendor`` (``cpu_vendor()``) of ``family`` 26 (Zen 5) or later (``cpu_family()``)
     whose torch CPU ``capability`` is AVX-512.
